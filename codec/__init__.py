@@ -1,0 +1,15 @@
+"""zipccl: lossless compression of float tensors with analytic exponent codebooks.
+
+>>> import numpy as np, codec
+>>> x = np.random.default_rng(0).normal(0, 0.02, 100_000).astype(np.float32)
+>>> blob = codec.encode(x)
+>>> y = codec.decode(blob)
+>>> bool((y.view(np.uint32) == x.view(np.uint32)).all()) and len(blob) < x.nbytes
+True
+"""
+from .api import decode, decode_chunks, encode, inspect, slice_stream
+from .format import FormatError
+from .layouts import SUPPORTED
+
+__version__ = "0.1.0"
+__all__ = ["encode", "decode", "decode_chunks", "slice_stream", "inspect", "FormatError", "SUPPORTED"]

@@ -1,0 +1,170 @@
+"""Public API: ``encode``, ``decode``, ``decode_chunks``, ``slice_stream``, ``inspect``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import format as fmt
+from .codebook import PHASES, ZERO_LEVELS, codebook_params
+from .format import FormatError
+from .layouts import FloatLayout, layout_for
+from .model import SHAPES
+
+DEFAULT_CHUNK_SIZE = 1 << 16   # values per chunk: ~0.2% overhead (32 rANS states + 25 B) on bf16 Gaussians
+BACKENDS = ("reference",)
+
+
+def _backend(name: str):
+    if name in ("auto", "reference"):
+        import reference
+
+        return reference
+    raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
+    """Read-only 1-D little-endian unsigned view (or copy) of ``x``'s words; never writes to ``x``."""
+    if _is_torch(x):
+        import torch
+
+        lay = layout_for(x.dtype)
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
+        a = t.contiguous().view(ints).numpy().view(lay.uint)
+        return a.reshape(-1), lay, tuple(x.shape), True
+    a = np.asarray(x)
+    lay = layout_for(a.dtype)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
+
+
+def encode(x, *, chunk_size: int = DEFAULT_CHUNK_SIZE, checksum: bool = False, backend: str = "auto") -> bytes:
+    """Compress a float tensor losslessly.
+
+    x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
+    bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
+    chunk_size: values per independently decodable chunk, 1..2**20.
+    checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
+    Returns the stream as ``bytes`` (format: :mod:`codec.format`).  ``x`` is never modified.
+    """
+    if not 1 <= chunk_size <= fmt.MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
+    words, lay, shape, from_torch = _as_words(x)
+    if len(shape) > fmt.MAX_NDIM:
+        raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
+    kinds, payloads = _backend(backend).encode_chunks(words, lay, chunk_size)
+    flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
+    crcs = [fmt.crc32c(p) for p in payloads] if checksum else None
+    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, [len(p) for p in payloads], crcs)
+    return b"".join([head, *payloads])
+
+
+def _decode_words(buf, first: int | None, last: int | None, backend: str):
+    h = fmt.parse_header(buf)
+    first = 0 if first is None else first
+    last = h.n_chunks if last is None else last
+    if not 0 <= first <= last <= h.n_chunks:
+        raise IndexError(f"chunk range [{first}, {last}) outside [0, {h.n_chunks}]")
+    chunks = range(first, last)
+    fmt.verify_chunk_crcs(h, buf, chunks)
+    n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
+    out = np.empty(n, dtype=h.layout.uint)
+    _backend(backend).decode_chunks(h, buf, chunks, out)
+    return h, out
+
+
+def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
+    arr = words.view(lay.numpy_dtype).reshape(shape)
+    if not torch_out:
+        return arr
+    import torch
+
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
+    signed = words.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
+    return torch.from_numpy(signed).view(getattr(torch, lay.name)).reshape(shape)
+
+
+def decode(buf, *, out=None, backend: str = "auto"):
+    """Decompress a stream made by :func:`encode`; bit-exact.
+
+    Returns an array of the original dtype and shape: a torch tensor if a torch tensor was
+    encoded and torch is importable, else a NumPy array.  ``out``: an array or tensor of
+    the same dtype and number of elements to decode into (returned).
+    Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
+    """
+    h, words = _decode_words(buf, None, None, backend)
+    torch_out = bool(h.flags & fmt.FLAG_TORCH)
+    if torch_out:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            torch_out = False
+    if out is None:
+        return _to_family(words, h.layout, h.shape, torch_out)
+    dst, lay, _, _ = _as_words(out)
+    if lay is not h.layout or dst.size != words.size:
+        raise ValueError(f"out must hold {words.size} values of {h.layout.name}, got {dst.size} of {lay.name}")
+    if _is_torch(out):
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        out.view(-1).copy_(_to_family(words, lay, (-1,), True))
+    else:
+        if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
+            raise ValueError("out must be a writeable C-contiguous array")
+        out.reshape(-1).view(lay.uint)[:] = words
+    return out
+
+
+def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.ndarray:
+    """Values of chunks ``[first, last)`` only, as a flat NumPy array (others are not touched)."""
+    h, words = _decode_words(buf, first, last, backend)
+    return words.view(h.layout.numpy_dtype)
+
+
+def slice_stream(buf, first: int, last: int) -> bytes:
+    """A standalone stream of chunks ``[first, last)`` (1-D), made without decoding."""
+    h = fmt.parse_header(buf)
+    if not 0 <= first <= last <= h.n_chunks:
+        raise IndexError(f"chunk range [{first}, {last}) outside [0, {h.n_chunks}]")
+    numel = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
+    a = h.chunk_span(first)[0] if last > first else h.payload_start
+    b = h.chunk_span(last - 1)[1] if last > first else h.payload_start
+    sizes = np.diff(h.ends[first:last], prepend=h.ends[first - 1] if first else 0)
+    crcs = h.crcs[first:last] if h.checksum else None
+    head = fmt.pack_header(h.layout, (numel,), h.chunk_size, h.flags & ~fmt.FLAG_TORCH, h.kinds[first:last],
+                           sizes, crcs)
+    return head + bytes(memoryview(buf).cast("B")[a:b])
+
+
+def inspect(buf) -> dict:
+    """Header facts and per-chunk statistics of a stream (without decoding the values)."""
+    h = fmt.parse_header(buf)
+    lay = h.layout
+    total = len(memoryview(buf).cast("B"))
+    chunks = []
+    for i in range(h.n_chunks):
+        a, b = h.chunk_span(i)
+        n = h.chunk_len(i)
+        info = {"index": i, "values": n, "kind": fmt.KIND_NAMES[int(h.kinds[i])], "nbytes": b - a,
+                "bits_per_value": 8 * (b - a) / n}
+        if h.kinds[i] == fmt.KIND_CODED:
+            cb, ref, n_sm, n_esc, n_words = fmt.parse_chunk_head(h, buf, i)
+            s, q, z = codebook_params(cb)
+            info.update(codebook=cb, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES, zero_level=ZERO_LEVELS[z],
+                        ref_exponent=ref - lay.bias, escapes=n_esc, zeros=n - n_sm)
+        chunks.append(info)
+    numel = h.numel
+    return {"format_version": fmt.FORMAT_VERSION, "dtype": lay.name, "shape": h.shape, "numel": numel,
+            "chunk_size": h.chunk_size, "n_chunks": h.n_chunks, "checksum": h.checksum,
+            "nbytes": total, "raw_nbytes": numel * lay.itemsize,
+            "ratio": numel * lay.itemsize / total if total else math.inf,
+            "bits_per_value": 8 * total / numel if numel else 0.0,
+            "header_nbytes": h.payload_start, "chunks": chunks}

@@ -1,0 +1,236 @@
+"""The zipccl stream format, version 1: defined here and nowhere else.
+
+All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
+
+    offset  size      field
+    0       4         magic b"ZCCL"
+    4       1         format version (1)
+    5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
+    6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor
+    7       1         ndim (<= 32)
+    8       4  u32    chunk_size, values per chunk (the last chunk may be shorter)
+    12      2  u16    codebook family version
+    14      2  u16    reserved, 0
+    16      8*ndim    shape, u64 each
+    --- chunk table, n_chunks = ceil(prod(shape) / chunk_size) ---
+            n_chunks  u8 kind of each chunk (KIND_*)
+            8*n_chunks  u64 end offset of each chunk's payload, relative to the payload start
+            4*n_chunks  u32 CRC32C of each payload            (only with checksums)
+            4         u32 CRC32C of every byte above           (only with checksums)
+    --- payloads, chunk after chunk, no padding ---
+
+Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
+
+    KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
+    KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
+    KIND_CODED  u16 codebook id | i16 ref exponent | u32 n_sm | u32 n_esc | u32 n_words
+                | LANES(n) x u32 final rANS states | n_words x u16 rANS words
+                | sign+mantissa plane of the n_sm non-ZERO values (FloatLayout.sm_plane_nbytes)
+                | n_esc x u8 escaped exponent fields
+
+Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
+Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
+since a chunk that would not shrink is stored RAW.
+
+The rANS stream of a CODED chunk: value ``i`` belongs to lane ``i % K`` (``K = LANES(n)``);
+the decoder starts from the K states and, round ``r = 0, 1, ...``, lane ``l = 0..K-1``,
+decodes value ``r*K + l`` and, if that lane's state fell below ``2^16``, shifts in the next
+word.  Each lane must end in the state ``2^16`` it started from, and all words must be used.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layouts import FloatLayout, layout_by_code
+
+MAGIC = b"ZCCL"
+FORMAT_VERSION = 1
+FLAG_CHECKSUM = 1
+FLAG_TORCH = 2
+KIND_RAW, KIND_CODED, KIND_CONST = 0, 1, 2
+KIND_NAMES = {KIND_RAW: "raw", KIND_CODED: "coded", KIND_CONST: "const"}
+MAX_NDIM = 32
+MAX_CHUNK_SIZE = 1 << 20          # keeps the integer statistics inside int64
+MAX_NUMEL = 1 << 48
+RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
+MAX_LANES = 32
+_HEAD = struct.Struct("<4sBBBBIHH")
+CHUNK_HEAD = struct.Struct("<HhIII")   # codebook id, ref, n_sm, n_esc, n_words
+
+
+class FormatError(ValueError):
+    """A stream is malformed, truncated, corrupted, forged or not a zipccl stream."""
+
+
+def lanes(n: int) -> int:
+    """Interleaved rANS states for a chunk of ``n`` values: a power of two in [1, 32], ~1 per 1024 values."""
+    k = 1
+    while k < MAX_LANES and 2 * k * 1024 <= n:
+        k *= 2
+    return k
+
+
+def coded_payload_nbytes(lay: FloatLayout, n: int, n_sm: int, n_esc: int, n_words: int) -> int:
+    return CHUNK_HEAD.size + 4 * lanes(n) + 2 * n_words + lay.sm_plane_nbytes(n_sm) + n_esc
+
+
+def crc32c(data) -> int:
+    import crc32c as _crc
+
+    return _crc.crc32c(data)
+
+
+@dataclass(frozen=True)
+class Header:
+    layout: FloatLayout
+    shape: tuple[int, ...]
+    chunk_size: int
+    flags: int
+    kinds: np.ndarray        # (n_chunks,) uint8
+    ends: np.ndarray         # (n_chunks,) int64, payload-relative end offsets
+    crcs: np.ndarray | None  # (n_chunks,) uint32
+    payload_start: int       # offset of the first payload byte in the stream
+    family_version: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def checksum(self) -> bool:
+        return bool(self.flags & FLAG_CHECKSUM)
+
+    def chunk_len(self, i: int) -> int:
+        return min(self.chunk_size, self.numel - i * self.chunk_size)
+
+    def chunk_span(self, i: int) -> tuple[int, int]:
+        """Byte range ``[start, end)`` of chunk ``i``'s payload in the stream."""
+        start = int(self.ends[i - 1]) if i else 0
+        return self.payload_start + start, self.payload_start + int(self.ends[i])
+
+
+def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
+                family_version: int = 1) -> bytes:
+    """Header and chunk table for payloads of the given ``sizes``."""
+    shape = tuple(int(s) for s in shape)
+    parts = [_HEAD.pack(MAGIC, FORMAT_VERSION, lay.code, flags, len(shape), chunk_size, family_version, 0),
+             struct.pack(f"<{len(shape)}Q", *shape),
+             np.asarray(kinds, dtype=np.uint8).tobytes(),
+             np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
+    if flags & FLAG_CHECKSUM:
+        parts.append(np.asarray(crcs, dtype="<u4").tobytes())
+        head = b"".join(parts)
+        return head + struct.pack("<I", crc32c(head))
+    return b"".join(parts)
+
+
+def parse_header(buf) -> Header:
+    """Parse and validate everything but the payload contents; raises :class:`FormatError`.
+
+    After this returns, every table entry is consistent with the buffer's length, so the
+    output (``prod(shape)`` values) is what a valid stream of this size can describe.
+    """
+    mv = memoryview(buf).cast("B")
+    if len(mv) < _HEAD.size:
+        raise FormatError(f"stream too short for a header ({len(mv)} < {_HEAD.size} bytes)")
+    magic, version, code, flags, ndim, chunk_size, fam, reserved = _HEAD.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise FormatError(f"not a zipccl stream (magic {bytes(magic)!r}, expected {MAGIC!r})")
+    if version != FORMAT_VERSION:
+        raise FormatError(f"unsupported format version {version} (this build reads {FORMAT_VERSION})")
+    lay = layout_by_code(code)
+    if lay is None:
+        raise FormatError(f"unknown dtype code {code}")
+    if flags & ~(FLAG_CHECKSUM | FLAG_TORCH) or reserved:
+        raise FormatError(f"unknown flags {flags:#x} or reserved field {reserved}")
+    if fam != 1:
+        raise FormatError(f"unknown codebook family version {fam}")
+    if ndim > MAX_NDIM:
+        raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
+    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise FormatError(f"chunk size {chunk_size} outside [1, {MAX_CHUNK_SIZE}]")
+    pos = _HEAD.size
+    if len(mv) < pos + 8 * ndim:
+        raise FormatError("stream truncated inside the shape")
+    shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
+    pos += 8 * ndim
+    numel = math.prod(shape)
+    if numel > MAX_NUMEL:
+        raise FormatError(f"shape {shape} has {numel} elements, more than {MAX_NUMEL}")
+    n_chunks = -(-numel // chunk_size)
+    checksum = bool(flags & FLAG_CHECKSUM)
+    table = n_chunks * (13 if checksum else 9) + (4 if checksum else 0)
+    if len(mv) - pos < table:
+        raise FormatError(f"stream truncated: chunk table of {n_chunks} chunks needs {table} bytes, "
+                          f"{len(mv) - pos} left")
+    kinds = np.frombuffer(mv, dtype=np.uint8, count=n_chunks, offset=pos)
+    pos += n_chunks
+    ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
+    pos += 8 * n_chunks
+    crcs = None
+    if checksum:
+        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos)
+        pos += 4 * n_chunks
+        (stored,) = struct.unpack_from("<I", mv, pos)
+        if crc32c(mv[:pos]) != stored:
+            raise FormatError("header checksum mismatch: header or chunk table corrupted")
+        pos += 4
+    if n_chunks and int(ends_u.max()) > len(mv) - pos:
+        raise FormatError("chunk table points past the end of the stream")
+    ends = ends_u.astype(np.int64)
+    if n_chunks and np.any(np.diff(ends, prepend=0) < 0):
+        raise FormatError("chunk table offsets are not increasing")
+    total = int(ends[-1]) if n_chunks else 0
+    if pos + total != len(mv):
+        raise FormatError(f"stream length {len(mv)} does not match the chunk table ({pos + total} bytes)")
+    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam)
+    sizes = np.diff(ends, prepend=0)
+    for kind, expect in ((KIND_RAW, None), (KIND_CONST, lay.itemsize)):
+        idx = np.flatnonzero(kinds == kind)
+        if kind == KIND_RAW:
+            bad = [i for i in idx if sizes[i] != h.chunk_len(int(i)) * lay.itemsize]
+        else:
+            bad = idx[sizes[idx] != expect]
+        if len(bad):
+            raise FormatError(f"chunk {int(bad[0])} ({KIND_NAMES[kind]}) has a payload of {int(sizes[bad[0]])} bytes")
+    unknown = np.flatnonzero(kinds > KIND_CONST)
+    if len(unknown):
+        raise FormatError(f"chunk {int(unknown[0])} has unknown kind {int(kinds[unknown[0]])}")
+    return h
+
+
+def verify_chunk_crcs(h: Header, buf, chunks) -> None:
+    if not h.checksum:
+        return
+    mv = memoryview(buf).cast("B")
+    for i in chunks:
+        a, b = h.chunk_span(i)
+        if crc32c(mv[a:b]) != int(h.crcs[i]):
+            raise FormatError(f"chunk {i}: checksum mismatch (payload corrupted)")
+
+
+def parse_chunk_head(h: Header, buf, i: int) -> tuple[int, int, int, int, int]:
+    """Validated ``(codebook, ref, n_sm, n_esc, n_words)`` of coded chunk ``i``."""
+    from .codebook import N_CODEBOOKS
+
+    a, b = h.chunk_span(i)
+    n = h.chunk_len(i)
+    if b - a < CHUNK_HEAD.size:
+        raise FormatError(f"chunk {i}: coded payload of {b - a} bytes is shorter than its header")
+    cb, ref, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(memoryview(buf).cast("B"), a)
+    if cb >= N_CODEBOOKS:
+        raise FormatError(f"chunk {i}: codebook id {cb} outside family v1 (0..{N_CODEBOOKS - 1})")
+    if n_sm > n or n_esc > n_sm or n_words > n:
+        raise FormatError(f"chunk {i}: counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible for {n} values")
+    expect = coded_payload_nbytes(h.layout, n, n_sm, n_esc, n_words)
+    if expect != b - a:
+        raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {expect}")
+    return cb, ref, n_sm, n_esc, n_words

@@ -1,0 +1,112 @@
+"""Bit layouts of the supported float formats.
+
+A float word is ``sign | exponent field | mantissa``.  The codec splits it into
+
+* the **exponent field** ``e`` (``E`` bits), which is entropy coded, and
+* the **sign+mantissa field** ``sm = sign << M | mantissa`` (``1 + M`` bits), stored raw,
+
+and joins them back bit for bit.  Nothing is interpreted: zero, subnormals
+(``e == 0``), Inf and NaN with any payload (``e == 2**E - 1``) are just field
+values, so the split is a bijection on all ``2**(8*itemsize)`` words.
+
+Adding a dtype: add a :class:`FloatLayout` row to ``LAYOUTS`` with a new,
+never reused ``code`` (the code is stored in streams), then extend
+``_numpy_dtype``/``_torch_dtype`` below; nothing else is dtype specific.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "split", "join", "SUPPORTED"]
+
+
+@dataclass(frozen=True)
+class FloatLayout:
+    name: str            # canonical name, e.g. "bfloat16"
+    code: int            # dtype code stored in the stream header (never reuse one)
+    exp_bits: int        # E
+    man_bits: int        # M
+    itemsize: int        # bytes per word
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def sm_bits(self) -> int:
+        """Width of the raw sign+mantissa field: ``1 + M``."""
+        return 1 + self.man_bits
+
+    @property
+    def uint(self) -> np.dtype:
+        return np.dtype(f"<u{self.itemsize}")
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return _numpy_dtype(self.name)
+
+    def sm_plane_nbytes(self, n: int) -> int:
+        """Bytes of the packed sign+mantissa plane for ``n`` values.
+
+        ``sm_bits // 8`` whole byte planes, then the remaining ``sm_bits % 8`` bits
+        of every value packed little-endian (value 0 in the lowest bits).
+        """
+        full, rem = divmod(self.sm_bits, 8)
+        return n * full + (n * rem + 7) // 8
+
+
+LAYOUTS = (
+    FloatLayout("bfloat16", 1, 8, 7, 2),
+    FloatLayout("float16", 2, 5, 10, 2),
+    FloatLayout("float32", 3, 8, 23, 4),
+    FloatLayout("float8_e4m3fn", 4, 4, 3, 1),
+    FloatLayout("float8_e5m2", 5, 5, 2, 1),
+)
+SUPPORTED = tuple(l.name for l in LAYOUTS)
+_BY_NAME = {l.name: l for l in LAYOUTS}
+_BY_CODE = {l.code: l for l in LAYOUTS}
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name in ("float16", "float32"):
+        return np.dtype(name)
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def layout_for(dtype) -> FloatLayout:
+    """The layout of a NumPy dtype, a torch dtype or a dtype name; ``TypeError`` if unsupported."""
+    name = getattr(dtype, "name", None) if isinstance(dtype, np.dtype) else None
+    if name is None:
+        s = str(dtype)
+        name = s[len("torch."):] if s.startswith("torch.") else s
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise TypeError(
+            f"unsupported dtype {dtype!s}: zipccl compresses floating-point tensors of dtype "
+            f"{', '.join(SUPPORTED)}"
+        ) from None
+
+
+def layout_by_code(code: int) -> FloatLayout | None:
+    return _BY_CODE.get(code)
+
+
+def split(words: np.ndarray, lay: FloatLayout) -> tuple[np.ndarray, np.ndarray]:
+    """Split unsigned words into ``(exponent field, sign+mantissa field)``, both of the word's uint type."""
+    w = words.astype(lay.uint, copy=False)
+    E, M = lay.exp_bits, lay.man_bits
+    exp = (w >> M) & ((1 << E) - 1)
+    sm = ((w >> (E + M)) << M) | (w & ((1 << M) - 1))
+    return exp.astype(lay.uint, copy=False), sm.astype(lay.uint, copy=False)
+
+
+def join(exp: np.ndarray, sm: np.ndarray, lay: FloatLayout) -> np.ndarray:
+    """Inverse of :func:`split`: words ``sign << (E+M) | exp << M | mantissa``."""
+    E, M = lay.exp_bits, lay.man_bits
+    e = exp.astype(lay.uint, copy=False)
+    s = sm.astype(lay.uint, copy=False)
+    return (((s >> M) << (E + M)) | (e << M) | (s & ((1 << M) - 1))).astype(lay.uint, copy=False)

@@ -1,0 +1,1 @@
+"""Code generator for GPU kernels (see the codegen issue)."""

@@ -1,0 +1,241 @@
+"""NumPy reference codec: the specification every fast path must match byte for byte.
+
+Plain NumPy, vectorised across lanes (and across the equal-length chunks of a tensor),
+with one Python-level loop over rANS rounds.  Read with :mod:`codec.format` (the byte
+layout) and :mod:`codec.codebook` (the tables and the model fit).
+
+Per chunk of ``n`` words (``codec.format`` has the payload layout):
+
+1. ``(e, sm) = split(word)``; if all words are equal the chunk is CONST.
+2. statistics over the words that are not +0: count, ``sum e``, ``sum e^2``
+   -> ``(codebook, ref) = select_codebook(...)``.
+3. symbol of each word: ZERO if it is +0 and the codebook has a ZERO slot; else
+   ``2 + e - ref + WINDOW_LOW`` if inside the window with a non-zero frequency; else ESC.
+4. rANS-encode the symbols with ``K = lanes(n)`` interleaved states; store the
+   sign+mantissa of the non-ZERO words and the raw exponent of the ESC words.
+5. if that is not smaller than ``n * itemsize`` bytes, the chunk is RAW.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from codec.codebook import (N_SYMBOLS, PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW,
+                            Family, load_family, select_codebook)
+from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, FormatError, Header,
+                          lanes, parse_chunk_head)
+from codec.layouts import FloatLayout, join, split
+
+__all__ = ["encode_chunks", "decode_chunks", "pack_sm", "unpack_sm"]
+
+_RENORM_SHIFT = 16 + 16 - PROB_BITS     # encoder flushes 16 bits when x >= freq << 20
+_MASK = (1 << PROB_BITS) - 1
+
+
+# ----------------------------------------------------------------- sign+mantissa plane
+def pack_sm(sm: np.ndarray, lay: FloatLayout) -> bytes:
+    """``sm_bits // 8`` byte planes (low byte first), then the remaining bits packed little-endian."""
+    full, rem = divmod(lay.sm_bits, 8)
+    v = sm.astype(np.uint32)
+    parts = [((v >> (8 * b)) & 0xFF).astype(np.uint8).tobytes() for b in range(full)]
+    if rem:
+        bits = ((v[:, None] >> (8 * full + np.arange(rem, dtype=np.uint32))) & 1).astype(np.uint8)
+        parts.append(np.packbits(bits.ravel(), bitorder="little").tobytes())
+    return b"".join(parts)
+
+
+def unpack_sm(plane: np.ndarray, n: int, lay: FloatLayout) -> np.ndarray:
+    full, rem = divmod(lay.sm_bits, 8)
+    v = np.zeros(n, dtype=np.uint32)
+    for b in range(full):
+        v |= plane[b * n:(b + 1) * n].astype(np.uint32) << (8 * b)
+    if rem:
+        bits = np.unpackbits(plane[full * n:], count=n * rem, bitorder="little").reshape(n, rem)
+        v |= (bits.astype(np.uint32) << (8 * full + np.arange(rem, dtype=np.uint32))).sum(axis=1, dtype=np.uint32)
+    return v
+
+
+# ----------------------------------------------------------------------------- rANS
+def rans_encode(sym: np.ndarray, freq: np.ndarray, cum: np.ndarray, k: int):
+    """Encode ``sym`` ``(C, n)`` with per-chunk tables ``freq``/``cum`` ``(C, S)`` on ``k`` lanes.
+
+    Returns final states ``(C, k)`` uint32 and, per chunk, its words in stream order.
+    Symbols are pushed last-first (rANS is a stack); within a round, lane ``k-1`` first.
+    """
+    c, n = sym.shape
+    rounds = -(-n // k)
+    padded = np.full((c, rounds * k), -1, dtype=np.int64)
+    padded[:, :n] = sym
+    x = np.full((c, k), RANS_L, dtype=np.uint64)
+    emitted = np.zeros((c, n + k), dtype=np.uint16)      # at most one word per symbol
+    count = np.zeros(c, dtype=np.int64)
+    rows = np.broadcast_to(np.arange(c)[:, None], (c, k))
+    for r in range(rounds - 1, -1, -1):
+        s = padded[:, r * k:(r + 1) * k]
+        active = s >= 0
+        s = np.where(active, s, 0)
+        f = np.take_along_axis(freq, s, axis=1).astype(np.uint64)
+        cm = np.take_along_axis(cum, s, axis=1).astype(np.uint64)
+        emit = active & (x >= (f << np.uint64(_RENORM_SHIFT)))
+        rev = emit[:, ::-1]
+        pos = count[:, None] + np.cumsum(rev, axis=1) - 1
+        emitted[rows[rev], pos[rev]] = (x[:, ::-1][rev] & np.uint64(0xFFFF)).astype(np.uint16)
+        count += emit.sum(axis=1)
+        x = np.where(emit, x >> np.uint64(16), x)
+        fs = np.maximum(f, np.uint64(1))
+        x = np.where(active, ((x // fs) << np.uint64(PROB_BITS)) + x % fs + cm, x)
+    return x.astype(np.uint32), [emitted[i, :count[i]][::-1] for i in range(c)]
+
+
+def rans_decode(states: np.ndarray, words: list[np.ndarray], n: int, fam: Family, cbs: np.ndarray,
+                chunk_ids) -> np.ndarray:
+    """Decode ``n`` symbols per chunk; ``states`` ``(C, k)``, ``words[i]`` chunk i's u16 words."""
+    c, k = states.shape
+    x = states.astype(np.uint64)
+    n_words = np.array([len(w) for w in words], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(n_words)])
+    flat = np.concatenate(words + [np.zeros(1, np.uint16)]).astype(np.uint64)
+    slot_sym = fam.slot_symbol[cbs]
+    freq, cum = fam.freqs[cbs].astype(np.uint64), fam.cum[cbs].astype(np.uint64)
+    ptr = np.zeros(c, dtype=np.int64)
+    rounds = -(-n // k)
+    out = np.zeros((c, rounds * k), dtype=np.uint8)
+    for r in range(rounds):
+        active = np.arange(r * k, (r + 1) * k) < n
+        slot = x & np.uint64(_MASK)
+        s = np.take_along_axis(slot_sym, slot.astype(np.int64), axis=1)
+        f = np.take_along_axis(freq, s.astype(np.int64), axis=1)
+        cm = np.take_along_axis(cum, s.astype(np.int64), axis=1)
+        nx = f * (x >> np.uint64(PROB_BITS)) + slot - cm
+        refill = active & (nx < np.uint64(RANS_L))
+        idx = ptr[:, None] + np.cumsum(refill, axis=1) - 1
+        over = refill & (idx >= n_words[:, None])
+        if over.any():
+            bad = chunk_ids[int(np.flatnonzero(over.any(axis=1))[0])]
+            raise FormatError(f"chunk {bad}: rANS stream ends early")
+        w = flat[np.where(refill, base[:-1, None] + idx, len(flat) - 1)]
+        nx = np.where(refill, (nx << np.uint64(16)) | w, nx)
+        x = np.where(active, nx, x)
+        ptr += refill.sum(axis=1)
+        out[:, r * k:(r + 1) * k] = s
+    bad = np.flatnonzero((ptr != n_words) | np.any(x != RANS_L, axis=1))
+    if len(bad):
+        raise FormatError(f"chunk {chunk_ids[int(bad[0])]}: rANS stream inconsistent "
+                          "(final state or word count wrong: corrupted payload)")
+    return out[:, :n]
+
+
+# ------------------------------------------------------------------------ symbols
+def _symbols(e: np.ndarray, zero: np.ndarray, ref: int, freq: np.ndarray) -> np.ndarray:
+    d = e.astype(np.int64) - ref + WINDOW_LOW
+    inside = (d >= 0) & (d < WINDOW)
+    sym = np.where(inside, SYM_WINDOW0 + np.clip(d, 0, WINDOW - 1), SYM_ESC)
+    sym = np.where(freq[sym] > 0, sym, SYM_ESC)
+    if freq[SYM_ZERO] > 0:
+        sym = np.where(zero, SYM_ZERO, sym)
+    return sym
+
+
+def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list[bytes]]:
+    """Kinds and payloads of every chunk of the 1-D unsigned ``words``."""
+    fam = load_family()
+    numel = len(words)
+    n_chunks = -(-numel // chunk_size)
+    kinds = np.zeros(n_chunks, dtype=np.uint8)
+    payloads: list[bytes] = [b""] * n_chunks
+    n_full = numel // chunk_size
+    groups = [(0, n_full, chunk_size)] if n_full else []
+    if n_full < n_chunks:
+        groups.append((n_full, n_chunks, numel - n_full * chunk_size))
+    for first, last, n in groups:
+        block = words[first * chunk_size:first * chunk_size + (last - first) * n].reshape(last - first, n)
+        _encode_group(block, lay, fam, kinds[first:last], payloads, first)
+    return kinds, payloads
+
+
+def _encode_group(block, lay, fam, kinds, payloads, first):
+    n = block.shape[1]
+    const = np.all(block == block[:, :1], axis=1)
+    coded_rows = np.flatnonzero(~const)
+    for i in np.flatnonzero(const):
+        kinds[i] = KIND_CONST
+        payloads[first + i] = block[i, :1].tobytes()
+    if not len(coded_rows):
+        return
+    sub = block[coded_rows]
+    e, sm = split(sub, lay)
+    zero = sub == 0
+    e64 = np.where(zero, 0, e.astype(np.int64))
+    n_zero = zero.sum(axis=1)
+    sums, sums2 = e64.sum(axis=1), (e64 * e64).sum(axis=1)
+    heads = [select_codebook(n, int(z), int(s1), int(s2), fam) for z, s1, s2 in zip(n_zero, sums, sums2)]
+    cbs = np.array([cb for cb, _ in heads], dtype=np.int64)
+    sym = np.stack([_symbols(e[j], zero[j], ref, fam.freqs[cb]) for j, (cb, ref) in enumerate(heads)])
+    states, words = rans_encode(sym, fam.freqs[cbs].astype(np.int64), fam.cum[cbs].astype(np.int64), lanes(n))
+    for j, row in enumerate(coded_rows):
+        cb, ref = heads[j]
+        keep = sym[j] != SYM_ZERO
+        esc = e[j][sym[j] == SYM_ESC].astype(np.uint8)
+        n_sm = int(keep.sum())
+        payload = b"".join([CHUNK_HEAD.pack(cb, ref, n_sm, len(esc), len(words[j])),
+                            states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
+                            pack_sm(sm[j][keep], lay), esc.tobytes()])
+        if len(payload) >= n * lay.itemsize:
+            kinds[row] = KIND_RAW
+            payloads[first + row] = block[row].astype(lay.uint.newbyteorder("<")).tobytes()
+        else:
+            kinds[row] = KIND_CODED
+            payloads[first + row] = payload
+
+
+def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
+    """Decode chunks ``chunks`` of a parsed stream into ``out`` (1-D unsigned words, their values only)."""
+    lay, fam = h.layout, load_family()
+    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    base = chunks.start * h.chunk_size
+    coded: dict[int, list[int]] = {}
+    for i in chunks:
+        a, b = h.chunk_span(i)
+        n = h.chunk_len(i)
+        lo = i * h.chunk_size - base
+        kind = int(h.kinds[i])
+        if kind == KIND_RAW:
+            out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))
+        elif kind == KIND_CONST:
+            out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))[0]
+        else:
+            coded.setdefault(n, []).append(i)
+    for n, ids in coded.items():
+        _decode_group(h, mv, ids, n, fam, out, base)
+
+
+def _decode_group(h, mv, ids, n, fam, out, base):
+    lay = h.layout
+    k = lanes(n)
+    heads, states, words = [], np.zeros((len(ids), k), np.uint32), []
+    for j, i in enumerate(ids):
+        cb, ref, n_sm, n_esc, n_words = parse_chunk_head(h, mv, i)
+        a = h.chunk_span(i)[0] + CHUNK_HEAD.size
+        states[j] = mv[a:a + 4 * k].view("<u4")
+        words.append(mv[a + 4 * k:a + 4 * k + 2 * n_words].view("<u2"))
+        heads.append((cb, ref, n_sm, n_esc, a + 4 * k + 2 * n_words))
+    sym = rans_decode(states, words, n, fam, np.array([hd[0] for hd in heads], np.int64), ids)
+    top = (1 << lay.exp_bits) - 1
+    for j, i in enumerate(ids):
+        cb, ref, n_sm, n_esc, pos = heads[j]
+        s = sym[j].astype(np.int64)
+        keep = s != SYM_ZERO
+        is_esc = s == SYM_ESC
+        if int(keep.sum()) != n_sm or int(is_esc.sum()) != n_esc:
+            raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
+        sm_bytes = lay.sm_plane_nbytes(n_sm)
+        sm = unpack_sm(mv[pos:pos + sm_bytes], n_sm, lay)
+        esc = mv[pos + sm_bytes:pos + sm_bytes + n_esc].astype(np.int64)
+        e = s - SYM_WINDOW0 + ref - WINDOW_LOW
+        e[is_esc] = esc
+        e = np.where(keep, e, 0)
+        if e.min() < 0 or e.max() > top:
+            raise FormatError(f"chunk {i}: exponent field out of range for {lay.name}")
+        full_sm = np.zeros(n, dtype=np.uint32)
+        full_sm[keep] = sm
+        lo = i * h.chunk_size - base
+        out[lo:lo + n] = join(e.astype(np.uint32), full_sm, lay)
