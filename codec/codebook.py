@@ -145,14 +145,9 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 @dataclass(frozen=True)
 class Family:
-    """Family tables, plus the derived rANS decode tables.
-
-    freqs, cum: ``(N_CODEBOOKS, N_SYMBOLS)`` / ``(N_CODEBOOKS, N_SYMBOLS + 1)`` uint32;
-    slot_symbol: ``(N_CODEBOOKS, TOTAL)`` uint8, the symbol owning each slot.
-    """
+    """Family tables: ``freqs`` ``(N_CODEBOOKS, N_SYMBOLS)`` uint16 (each row sums to ``TOTAL``)
+    and the integer constants of the model fit (see :func:`select_codebook`)."""
     freqs: np.ndarray
-    cum: np.ndarray
-    slot_symbol: np.ndarray
     mean_offsets: np.ndarray
     var_thresholds: np.ndarray
     zero_thresholds: np.ndarray
@@ -166,33 +161,72 @@ def load_family() -> Family:
     digest = _digest(arrays)
     if FAMILY_SHA256 != "UNSET" and digest != FAMILY_SHA256:
         raise RuntimeError(f"{FAMILY_FILE} does not match codebook family v{FAMILY_VERSION} (sha256 {digest})")
-    freqs = arrays["freqs"].astype(np.uint32)
-    cum = np.zeros((N_CODEBOOKS, N_SYMBOLS + 1), dtype=np.uint32)
-    np.cumsum(freqs, axis=1, out=cum[:, 1:])
-    slot_symbol = np.stack([np.repeat(np.arange(N_SYMBOLS, dtype=np.uint8), f) for f in freqs])
-    for a in (freqs, cum, slot_symbol):
+    for a in arrays.values():
         a.setflags(write=False)
-    return Family(freqs, cum, slot_symbol, arrays["mean_offsets"], arrays["var_thresholds"],
-                  arrays["zero_thresholds"], digest)
+    return Family(arrays["freqs"], arrays["mean_offsets"], arrays["var_thresholds"], arrays["zero_thresholds"],
+                  digest)
 
 
-def select_codebook(n: int, n_zero: int, sum_e: int, sum_e2: int, family: Family | None = None) -> tuple[int, int]:
+def clip_to_dtype(freqs: np.ndarray, ref: int, exp_bits: int) -> np.ndarray:
+    """The table a chunk really uses: ``freqs`` with impossible exponent fields merged away.
+
+    Field 0 holds every magnitude below the smallest normal (subnormals), and the top
+    field every overflow, so the frequencies of window symbols for fields ``< 0`` are
+    added to field 0's symbol and those for fields ``> 2^E - 1`` to the top field's
+    (to ESC where that field is outside the window).  Integer-only, so the decoder
+    derives the same table from ``(codebook, ref, E)``.
+    """
+    f = np.array(freqs, dtype=np.int64)
+    top = (1 << exp_bits) - 1
+    lo_sym = SYM_WINDOW0 + WINDOW_LOW - ref           # symbol of field 0
+    hi_sym = SYM_WINDOW0 + WINDOW_LOW - ref + top     # symbol of the top field
+    last = N_SYMBOLS - 1
+    if lo_sym > SYM_WINDOW0:
+        below = slice(SYM_WINDOW0, min(lo_sym, N_SYMBOLS))
+        mass = int(f[below].sum())
+        f[below] = 0
+        f[lo_sym if lo_sym <= last else SYM_ESC] += mass
+    if hi_sym < last:
+        above = slice(max(hi_sym + 1, SYM_WINDOW0), N_SYMBOLS)
+        mass = int(f[above].sum())
+        f[above] = 0
+        f[hi_sym if hi_sym >= SYM_WINDOW0 else SYM_ESC] += mass
+    return f
+
+
+@functools.lru_cache(maxsize=4096)
+def chunk_tables(cb: int, ref: int, exp_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(freq, cum, slot_symbol)`` of codebook ``cb`` clipped to a dtype with ``exp_bits`` at ``ref``."""
+    f = clip_to_dtype(load_family().freqs[cb], ref, exp_bits).astype(np.uint32)
+    cum = np.zeros(N_SYMBOLS + 1, dtype=np.uint32)
+    np.cumsum(f, out=cum[1:])
+    slots = np.repeat(np.arange(N_SYMBOLS, dtype=np.uint8), f)
+    for a in (f, cum, slots):
+        a.setflags(write=False)
+    return f, cum, slots
+
+
+def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, sum_e2: int,
+                    family: Family | None = None) -> tuple[int, int]:
     """Fit the model to a chunk's statistics; return ``(codebook id, reference exponent)``.
 
     ``n`` values of which ``n_zero`` are exactly +0; ``sum_e``/``sum_e2`` are the sum and
-    sum of squares of the exponent field over the other ``n - n_zero > 0`` values.
+    sum of squares of :func:`codec.layouts.log2_magnitude` (the exponent field, extended
+    below 1 for subnormals) over the ``n_log`` values whose magnitude is not 0.
     All integer arithmetic (floor division), so every backend selects identically:
 
-    * mean ``m = floor(256 sum_e / n_nz)``, variance ``v = floor(256 sum_e2 / n_nz) - floor(m^2 / 256)``;
+    * mean ``m = floor(256 sum_e / n_log)``, variance ``v = floor(256 sum_e2 / n_log) - floor(m^2 / 256)``
+      (both 0 when ``n_log == 0``);
     * shape ``s`` = number of ``var_thresholds`` ``<= v``;
     * ``(ref, phase)`` minimise ``|m - 256 ref - mean_offsets[s, phase]|`` (first phase on ties),
       ``ref = floor((m - mean_offsets[s, phase] + 128) / 256)``;
     * zero level = number of ``zero_thresholds`` ``t`` with ``n_zero * 2^24 >= t * n``.
     """
     fam = family or load_family()
-    n_nz = n - n_zero
-    m = (sum_e << STAT_FRAC_BITS) // n_nz
-    v = (sum_e2 << STAT_FRAC_BITS) // n_nz - ((m * m) >> STAT_FRAC_BITS)
+    m = v = 0
+    if n_log:
+        m = (sum_e << STAT_FRAC_BITS) // n_log
+        v = (sum_e2 << STAT_FRAC_BITS) // n_log - ((m * m) >> STAT_FRAC_BITS)
     s = 0
     for t in fam.var_thresholds:
         s += int(v >= int(t))

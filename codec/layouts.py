@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "split", "join", "SUPPORTED"]
+__all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "split", "join", "log2_magnitude", "SUPPORTED"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,16 @@ def join(exp: np.ndarray, sm: np.ndarray, lay: FloatLayout) -> np.ndarray:
     e = exp.astype(lay.uint, copy=False)
     s = sm.astype(lay.uint, copy=False)
     return (((s >> M) << (E + M)) | (e << M) | (s & ((1 << M) - 1))).astype(lay.uint, copy=False)
+
+
+def log2_magnitude(exp: np.ndarray, sm: np.ndarray, lay: FloatLayout) -> np.ndarray:
+    """``floor(log2 |x|) + bias`` as an int64 in exponent-field units (``exp`` for normal numbers).
+
+    For a subnormal (``exp == 0``, mantissa ``m > 0``) it is ``1 - M + floor(log2 m)``, which
+    continues the binades below field 1; the model is fitted on this, so that subnormals do not
+    bias the fit.  Meaningless where the magnitude is 0 (callers exclude those words).
+    """
+    e = exp.astype(np.int64)
+    mant = (sm & ((1 << lay.man_bits) - 1)).astype(np.int64)
+    sub_log = np.frexp(np.maximum(mant, 1).astype(np.float64))[1].astype(np.int64) - 1   # exact: m < 2**53
+    return np.where(e == 0, 1 - lay.man_bits + sub_log, e)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from codec.codebook import (N_SYMBOLS, PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW,
-                            Family, load_family, select_codebook)
+from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
+                            load_family, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, FormatError, Header,
                           lanes, parse_chunk_head)
-from codec.layouts import FloatLayout, join, split
+from codec.layouts import FloatLayout, join, log2_magnitude, split
 
 __all__ = ["encode_chunks", "decode_chunks", "pack_sm", "unpack_sm"]
 
@@ -86,16 +86,17 @@ def rans_encode(sym: np.ndarray, freq: np.ndarray, cum: np.ndarray, k: int):
     return x.astype(np.uint32), [emitted[i, :count[i]][::-1] for i in range(c)]
 
 
-def rans_decode(states: np.ndarray, words: list[np.ndarray], n: int, fam: Family, cbs: np.ndarray,
-                chunk_ids) -> np.ndarray:
-    """Decode ``n`` symbols per chunk; ``states`` ``(C, k)``, ``words[i]`` chunk i's u16 words."""
+def rans_decode(states: np.ndarray, words: list[np.ndarray], n: int, tables: list, chunk_ids) -> np.ndarray:
+    """Decode ``n`` symbols per chunk; ``states`` ``(C, k)``, ``words[i]`` chunk i's u16 words,
+    ``tables[i]`` its ``(freq, cum, slot_symbol)``."""
     c, k = states.shape
     x = states.astype(np.uint64)
     n_words = np.array([len(w) for w in words], dtype=np.int64)
     base = np.concatenate([[0], np.cumsum(n_words)])
     flat = np.concatenate(words + [np.zeros(1, np.uint16)]).astype(np.uint64)
-    slot_sym = fam.slot_symbol[cbs]
-    freq, cum = fam.freqs[cbs].astype(np.uint64), fam.cum[cbs].astype(np.uint64)
+    freq = np.stack([t[0] for t in tables]).astype(np.uint64)
+    cum = np.stack([t[1] for t in tables]).astype(np.uint64)
+    slot_sym = np.stack([t[2] for t in tables])
     ptr = np.zeros(c, dtype=np.int64)
     rounds = -(-n // k)
     out = np.zeros((c, rounds * k), dtype=np.uint8)
@@ -164,13 +165,15 @@ def _encode_group(block, lay, fam, kinds, payloads, first):
     sub = block[coded_rows]
     e, sm = split(sub, lay)
     zero = sub == 0
-    e64 = np.where(zero, 0, e.astype(np.int64))
-    n_zero = zero.sum(axis=1)
-    sums, sums2 = e64.sum(axis=1), (e64 * e64).sum(axis=1)
-    heads = [select_codebook(n, int(z), int(s1), int(s2), fam) for z, s1, s2 in zip(n_zero, sums, sums2)]
-    cbs = np.array([cb for cb, _ in heads], dtype=np.int64)
-    sym = np.stack([_symbols(e[j], zero[j], ref, fam.freqs[cb]) for j, (cb, ref) in enumerate(heads)])
-    states, words = rans_encode(sym, fam.freqs[cbs].astype(np.int64), fam.cum[cbs].astype(np.int64), lanes(n))
+    has_log = (sub & lay.uint.type(~(1 << (8 * lay.itemsize - 1)) & ((1 << 8 * lay.itemsize) - 1))) != 0
+    lg = np.where(has_log, log2_magnitude(e, sm, lay), 0)
+    stats = zip(zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1), (lg * lg).sum(axis=1))
+    heads = [select_codebook(n, int(z), int(nl), int(s1), int(s2), fam) for z, nl, s1, s2 in stats]
+    tables = [chunk_tables(cb, ref, lay.exp_bits) for cb, ref in heads]
+    sym = np.stack([_symbols(e[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
+    freq = np.stack([t[0] for t in tables]).astype(np.int64)
+    cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
+    states, words = rans_encode(sym, freq, cum, lanes(n))
     for j, row in enumerate(coded_rows):
         cb, ref = heads[j]
         keep = sym[j] != SYM_ZERO
@@ -189,7 +192,7 @@ def _encode_group(block, lay, fam, kinds, payloads, first):
 
 def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     """Decode chunks ``chunks`` of a parsed stream into ``out`` (1-D unsigned words, their values only)."""
-    lay, fam = h.layout, load_family()
+    lay = h.layout
     mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     base = chunks.start * h.chunk_size
     coded: dict[int, list[int]] = {}
@@ -205,10 +208,10 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         else:
             coded.setdefault(n, []).append(i)
     for n, ids in coded.items():
-        _decode_group(h, mv, ids, n, fam, out, base)
+        _decode_group(h, mv, ids, n, out, base)
 
 
-def _decode_group(h, mv, ids, n, fam, out, base):
+def _decode_group(h, mv, ids, n, out, base):
     lay = h.layout
     k = lanes(n)
     heads, states, words = [], np.zeros((len(ids), k), np.uint32), []
@@ -218,7 +221,8 @@ def _decode_group(h, mv, ids, n, fam, out, base):
         states[j] = mv[a:a + 4 * k].view("<u4")
         words.append(mv[a + 4 * k:a + 4 * k + 2 * n_words].view("<u2"))
         heads.append((cb, ref, n_sm, n_esc, a + 4 * k + 2 * n_words))
-    sym = rans_decode(states, words, n, fam, np.array([hd[0] for hd in heads], np.int64), ids)
+    tables = [chunk_tables(hd[0], hd[1], lay.exp_bits) for hd in heads]
+    sym = rans_decode(states, words, n, tables, ids)
     top = (1 << lay.exp_bits) - 1
     for j, i in enumerate(ids):
         cb, ref, n_sm, n_esc, pos = heads[j]
