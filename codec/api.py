@@ -156,10 +156,11 @@ def inspect(buf) -> dict:
         info = {"index": i, "values": n, "kind": fmt.KIND_NAMES[int(h.kinds[i])], "nbytes": b - a,
                 "bits_per_value": 8 * (b - a) / n}
         if h.kinds[i] == fmt.KIND_CODED:
-            cb, ref, n_sm, n_esc, n_words = fmt.parse_chunk_head(h, buf, i)
+            cb, ref, shift, n_sm, n_esc, n_words = fmt.parse_chunk_head(h, buf, i)
             s, q, z = codebook_params(cb)
             info.update(codebook=cb, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES, zero_level=ZERO_LEVELS[z],
-                        ref_exponent=ref - lay.bias, escapes=n_esc, zeros=n - n_sm)
+                        ref_exponent=ref - lay.bias, escapes=n_esc, zeros=n - n_sm,
+                        dropped_mantissa_bits=shift)
         chunks.append(info)
     numel = h.numel
     return {"format_version": fmt.FORMAT_VERSION, "dtype": lay.name, "shape": h.shape, "numel": numel,

@@ -23,10 +23,14 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
     KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
-    KIND_CODED  u16 codebook id | i16 ref exponent | u32 n_sm | u32 n_esc | u32 n_words
+    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode (0) | u16 reserved (0)
+                | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
                 | LANES(n) x u32 final rANS states | n_words x u16 rANS words
-                | sign+mantissa plane of the n_sm non-ZERO values (FloatLayout.sm_plane_nbytes)
-                | n_esc x u8 escaped exponent fields
+                | residual plane: for the n_sm non-ZERO values, ``sign << (M-1-shift) |
+                  (mantissa & (2^(M-1) - 1)) >> shift`` packed with width M - shift bits
+                  (codec.layouts.packed_nbytes); the leading mantissa bit is in the symbol,
+                  and ``shift`` low mantissa bits, zero in every value of the chunk, are dropped
+                | n_esc x u16 escapes: ``exponent field << 1 | leading mantissa bit``
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layouts import FloatLayout, layout_by_code
+from .layouts import FloatLayout, layout_by_code, packed_nbytes
 
 MAGIC = b"ZCCL"
 FORMAT_VERSION = 1
@@ -59,7 +63,7 @@ MAX_NUMEL = 1 << 48
 RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
 MAX_LANES = 32
 _HEAD = struct.Struct("<4sBBBBIHH")
-CHUNK_HEAD = struct.Struct("<HhIII")   # codebook id, ref, n_sm, n_esc, n_words
+CHUNK_HEAD = struct.Struct("<HhBBHIII")   # codebook id, ref, shift, mode, reserved, n_sm, n_esc, n_words
 
 
 class FormatError(ValueError):
@@ -74,8 +78,9 @@ def lanes(n: int) -> int:
     return k
 
 
-def coded_payload_nbytes(lay: FloatLayout, n: int, n_sm: int, n_esc: int, n_words: int) -> int:
-    return CHUNK_HEAD.size + 4 * lanes(n) + 2 * n_words + lay.sm_plane_nbytes(n_sm) + n_esc
+def coded_payload_nbytes(lay: FloatLayout, n: int, n_sm: int, n_esc: int, n_words: int, shift: int) -> int:
+    return (CHUNK_HEAD.size + 4 * lanes(n) + 2 * n_words + packed_nbytes(n_sm, lay.man_bits - shift)
+            + 2 * n_esc)
 
 
 def crc32c(data) -> int:
@@ -217,20 +222,24 @@ def verify_chunk_crcs(h: Header, buf, chunks) -> None:
             raise FormatError(f"chunk {i}: checksum mismatch (payload corrupted)")
 
 
-def parse_chunk_head(h: Header, buf, i: int) -> tuple[int, int, int, int, int]:
-    """Validated ``(codebook, ref, n_sm, n_esc, n_words)`` of coded chunk ``i``."""
+def parse_chunk_head(h: Header, buf, i: int) -> tuple[int, int, int, int, int, int]:
+    """Validated ``(codebook, ref, shift, n_sm, n_esc, n_words)`` of coded chunk ``i``."""
     from .codebook import N_CODEBOOKS
 
     a, b = h.chunk_span(i)
     n = h.chunk_len(i)
     if b - a < CHUNK_HEAD.size:
         raise FormatError(f"chunk {i}: coded payload of {b - a} bytes is shorter than its header")
-    cb, ref, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(memoryview(buf).cast("B"), a)
+    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(memoryview(buf).cast("B"), a)
+    if mode or reserved:
+        raise FormatError(f"chunk {i}: unknown mode {mode} / reserved field {reserved}")
+    if shift > h.layout.man_bits - 1:
+        raise FormatError(f"chunk {i}: shift {shift} exceeds the {h.layout.man_bits - 1} low mantissa bits")
     if cb >= N_CODEBOOKS:
         raise FormatError(f"chunk {i}: codebook id {cb} outside family v1 (0..{N_CODEBOOKS - 1})")
     if n_sm > n or n_esc > n_sm or n_words > n:
         raise FormatError(f"chunk {i}: counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible for {n} values")
-    expect = coded_payload_nbytes(h.layout, n, n_sm, n_esc, n_words)
+    expect = coded_payload_nbytes(h.layout, n, n_sm, n_esc, n_words, shift)
     if expect != b - a:
         raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {expect}")
-    return cb, ref, n_sm, n_esc, n_words
+    return cb, ref, shift, n_sm, n_esc, n_words

@@ -30,6 +30,7 @@ class FloatLayout:
     exp_bits: int        # E
     man_bits: int        # M
     itemsize: int        # bytes per word
+    has_inf: bool = True  # False for the "fn" formats: the top field holds normals and NaN (mantissa all ones)
 
     @property
     def bias(self) -> int:
@@ -48,21 +49,13 @@ class FloatLayout:
     def numpy_dtype(self) -> np.dtype:
         return _numpy_dtype(self.name)
 
-    def sm_plane_nbytes(self, n: int) -> int:
-        """Bytes of the packed sign+mantissa plane for ``n`` values.
-
-        ``sm_bits // 8`` whole byte planes, then the remaining ``sm_bits % 8`` bits
-        of every value packed little-endian (value 0 in the lowest bits).
-        """
-        full, rem = divmod(self.sm_bits, 8)
-        return n * full + (n * rem + 7) // 8
 
 
 LAYOUTS = (
     FloatLayout("bfloat16", 1, 8, 7, 2),
     FloatLayout("float16", 2, 5, 10, 2),
     FloatLayout("float32", 3, 8, 23, 4),
-    FloatLayout("float8_e4m3fn", 4, 4, 3, 1),
+    FloatLayout("float8_e4m3fn", 4, 4, 3, 1, has_inf=False),
     FloatLayout("float8_e5m2", 5, 5, 2, 1),
 )
 SUPPORTED = tuple(l.name for l in LAYOUTS)
@@ -123,3 +116,11 @@ def log2_magnitude(exp: np.ndarray, sm: np.ndarray, lay: FloatLayout) -> np.ndar
     mant = (sm & ((1 << lay.man_bits) - 1)).astype(np.int64)
     sub_log = np.frexp(np.maximum(mant, 1).astype(np.float64))[1].astype(np.int64) - 1   # exact: m < 2**53
     return np.where(e == 0, 1 - lay.man_bits + sub_log, e)
+
+
+def packed_nbytes(n: int, width: int) -> int:
+    """Bytes of ``n`` values of ``width`` bits packed as the codec packs planes:
+    ``width // 8`` whole byte planes (low byte first), then the remaining ``width % 8``
+    bits of every value packed little-endian (value 0 in the lowest bits)."""
+    full, rem = divmod(width, 8)
+    return n * full + (n * rem + 7) // 8

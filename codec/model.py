@@ -81,10 +81,14 @@ SHAPES = (
 _D_LO, _D_HI = -400, 120   # relative binades summed over for moments (mass outside < 1e-30)
 
 
-def exponent_pmf(shape: Shape, phase: float, d: np.ndarray) -> np.ndarray:
-    """``P(e = r + d)`` for relative exponents ``d`` given the phase ``frac(log2 alpha)``."""
+def exponent_pmf(shape: Shape, phase: float, d: np.ndarray, *, upper: float = 1.0) -> np.ndarray:
+    """``P(e = r + d)`` for relative exponents ``d`` given the phase ``frac(log2 alpha)``.
+
+    With ``upper < 1``: the mass of ``[2^e, 2^(e + upper))``, the first part of the binade
+    (``upper = log2 1.5`` is the half with leading mantissa bit 0).
+    """
     d = np.asarray(d, dtype=np.float64)
-    return np.maximum(shape.cdf_log2(d + 1.0 - phase) - shape.cdf_log2(d - phase), 0.0)
+    return np.maximum(shape.cdf_log2(d + upper - phase) - shape.cdf_log2(d - phase), 0.0)
 
 
 def pmf_moments(shape: Shape, phase: float) -> tuple[float, float]:

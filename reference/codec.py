@@ -10,9 +10,12 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
 2. statistics over the words that are not +0: count, ``sum e``, ``sum e^2``
    -> ``(codebook, ref) = select_codebook(...)``.
 3. symbol of each word: ZERO if it is +0 and the codebook has a ZERO slot; else
-   ``2 + e - ref + WINDOW_LOW`` if inside the window with a non-zero frequency; else ESC.
-4. rANS-encode the symbols with ``K = lanes(n)`` interleaved states; store the
-   sign+mantissa of the non-ZERO words and the raw exponent of the ESC words.
+   ``2 + 2 (e - ref + WINDOW_LOW) + leading mantissa bit`` if inside the window with a
+   non-zero frequency; else ESC.
+   The window symbols carry the exponent *and* the leading mantissa bit.
+4. rANS-encode the symbols with ``K = lanes(n)`` interleaved states; store the sign and
+   the remaining mantissa bits of the non-ZERO words (minus the low bits that are zero in
+   all of them) and the raw exponent + leading bit of the ESC words.
 5. if that is not smaller than ``n * itemsize`` bytes, the chunk is RAW.
 """
 from __future__ import annotations
@@ -23,19 +26,19 @@ from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, W
                             load_family, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, FormatError, Header,
                           lanes, parse_chunk_head)
-from codec.layouts import FloatLayout, join, log2_magnitude, split
+from codec.layouts import FloatLayout, join, log2_magnitude, packed_nbytes, split
 
-__all__ = ["encode_chunks", "decode_chunks", "pack_sm", "unpack_sm"]
+__all__ = ["encode_chunks", "decode_chunks", "pack_bits", "unpack_bits"]
 
 _RENORM_SHIFT = 16 + 16 - PROB_BITS     # encoder flushes 16 bits when x >= freq << 20
 _MASK = (1 << PROB_BITS) - 1
 
 
-# ----------------------------------------------------------------- sign+mantissa plane
-def pack_sm(sm: np.ndarray, lay: FloatLayout) -> bytes:
-    """``sm_bits // 8`` byte planes (low byte first), then the remaining bits packed little-endian."""
-    full, rem = divmod(lay.sm_bits, 8)
-    v = sm.astype(np.uint32)
+# ------------------------------------------------------------------------ bit planes
+def pack_bits(v: np.ndarray, width: int) -> bytes:
+    """``width // 8`` byte planes (low byte first), then the remaining bits packed little-endian."""
+    full, rem = divmod(width, 8)
+    v = v.astype(np.uint32)
     parts = [((v >> (8 * b)) & 0xFF).astype(np.uint8).tobytes() for b in range(full)]
     if rem:
         bits = ((v[:, None] >> (8 * full + np.arange(rem, dtype=np.uint32))) & 1).astype(np.uint8)
@@ -43,8 +46,9 @@ def pack_sm(sm: np.ndarray, lay: FloatLayout) -> bytes:
     return b"".join(parts)
 
 
-def unpack_sm(plane: np.ndarray, n: int, lay: FloatLayout) -> np.ndarray:
-    full, rem = divmod(lay.sm_bits, 8)
+def unpack_bits(plane: np.ndarray, n: int, width: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``n`` values as uint32."""
+    full, rem = divmod(width, 8)
     v = np.zeros(n, dtype=np.uint32)
     for b in range(full):
         v |= plane[b * n:(b + 1) * n].astype(np.uint32) << (8 * b)
@@ -126,14 +130,21 @@ def rans_decode(states: np.ndarray, words: list[np.ndarray], n: int, tables: lis
 
 
 # ------------------------------------------------------------------------ symbols
-def _symbols(e: np.ndarray, zero: np.ndarray, ref: int, freq: np.ndarray) -> np.ndarray:
-    d = e.astype(np.int64) - ref + WINDOW_LOW
-    inside = (d >= 0) & (d < WINDOW)
-    sym = np.where(inside, SYM_WINDOW0 + np.clip(d, 0, WINDOW - 1), SYM_ESC)
+def _symbols(e: np.ndarray, lead: np.ndarray, zero: np.ndarray, ref: int, freq: np.ndarray) -> np.ndarray:
+    j = e.astype(np.int64) - ref + WINDOW_LOW
+    inside = (j >= 0) & (j < WINDOW)
+    sym = np.where(inside, SYM_WINDOW0 + 2 * np.clip(j, 0, WINDOW - 1) + lead, SYM_ESC)
     sym = np.where(freq[sym] > 0, sym, SYM_ESC)
     if freq[SYM_ZERO] > 0:
         sym = np.where(zero, SYM_ZERO, sym)
     return sym
+
+
+def _trailing_zeros(v: int, limit: int) -> int:
+    t = 0
+    while t < limit and not (v >> t) & 1:
+        t += 1
+    return t
 
 
 def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list[bytes]]:
@@ -155,6 +166,7 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple
 
 def _encode_group(block, lay, fam, kinds, payloads, first):
     n = block.shape[1]
+    M = lay.man_bits
     const = np.all(block == block[:, :1], axis=1)
     coded_rows = np.flatnonzero(~const)
     for i in np.flatnonzero(const):
@@ -164,24 +176,31 @@ def _encode_group(block, lay, fam, kinds, payloads, first):
         return
     sub = block[coded_rows]
     e, sm = split(sub, lay)
+    sm = sm.astype(np.uint32)
+    lead = (sm >> (M - 1)) & 1
+    low = sm & ((1 << (M - 1)) - 1)
+    sign = sm >> M
     zero = sub == 0
-    has_log = (sub & lay.uint.type(~(1 << (8 * lay.itemsize - 1)) & ((1 << 8 * lay.itemsize) - 1))) != 0
+    magnitude_mask = (1 << (8 * lay.itemsize - 1)) - 1
+    has_log = (sub & lay.uint.type(magnitude_mask)) != 0
     lg = np.where(has_log, log2_magnitude(e, sm, lay), 0)
     stats = zip(zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1), (lg * lg).sum(axis=1))
     heads = [select_codebook(n, int(z), int(nl), int(s1), int(s2), fam) for z, nl, s1, s2 in stats]
-    tables = [chunk_tables(cb, ref, lay.exp_bits) for cb, ref in heads]
-    sym = np.stack([_symbols(e[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
+    tables = [chunk_tables(cb, ref, lay.exp_bits, lay.has_inf) for cb, ref in heads]
+    sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)
     cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
     states, words = rans_encode(sym, freq, cum, lanes(n))
     for j, row in enumerate(coded_rows):
         cb, ref = heads[j]
         keep = sym[j] != SYM_ZERO
-        esc = e[j][sym[j] == SYM_ESC].astype(np.uint8)
-        n_sm = int(keep.sum())
-        payload = b"".join([CHUNK_HEAD.pack(cb, ref, n_sm, len(esc), len(words[j])),
+        is_esc = sym[j] == SYM_ESC
+        shift = _trailing_zeros(int(np.bitwise_or.reduce(low[j][keep])), M - 1)
+        residual = (sign[j][keep] << (M - 1 - shift)) | (low[j][keep] >> shift)
+        esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
+        payload = b"".join([CHUNK_HEAD.pack(cb, ref, shift, 0, 0, int(keep.sum()), len(esc), len(words[j])),
                             states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
-                            pack_sm(sm[j][keep], lay), esc.tobytes()])
+                            pack_bits(residual, M - shift), esc.astype("<u2").tobytes()])
         if len(payload) >= n * lay.itemsize:
             kinds[row] = KIND_RAW
             payloads[first + row] = block[row].astype(lay.uint.newbyteorder("<")).tobytes()
@@ -213,33 +232,37 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
 
 def _decode_group(h, mv, ids, n, out, base):
     lay = h.layout
+    M = lay.man_bits
     k = lanes(n)
     heads, states, words = [], np.zeros((len(ids), k), np.uint32), []
     for j, i in enumerate(ids):
-        cb, ref, n_sm, n_esc, n_words = parse_chunk_head(h, mv, i)
+        cb, ref, shift, n_sm, n_esc, n_words = parse_chunk_head(h, mv, i)
         a = h.chunk_span(i)[0] + CHUNK_HEAD.size
         states[j] = mv[a:a + 4 * k].view("<u4")
         words.append(mv[a + 4 * k:a + 4 * k + 2 * n_words].view("<u2"))
-        heads.append((cb, ref, n_sm, n_esc, a + 4 * k + 2 * n_words))
-    tables = [chunk_tables(hd[0], hd[1], lay.exp_bits) for hd in heads]
+        heads.append((cb, ref, shift, n_sm, n_esc, a + 4 * k + 2 * n_words))
+    tables = [chunk_tables(hd[0], hd[1], lay.exp_bits, lay.has_inf) for hd in heads]
     sym = rans_decode(states, words, n, tables, ids)
     top = (1 << lay.exp_bits) - 1
     for j, i in enumerate(ids):
-        cb, ref, n_sm, n_esc, pos = heads[j]
+        cb, ref, shift, n_sm, n_esc, pos = heads[j]
         s = sym[j].astype(np.int64)
         keep = s != SYM_ZERO
         is_esc = s == SYM_ESC
         if int(keep.sum()) != n_sm or int(is_esc.sum()) != n_esc:
             raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
-        sm_bytes = lay.sm_plane_nbytes(n_sm)
-        sm = unpack_sm(mv[pos:pos + sm_bytes], n_sm, lay)
-        esc = mv[pos + sm_bytes:pos + sm_bytes + n_esc].astype(np.int64)
-        e = s - SYM_WINDOW0 + ref - WINDOW_LOW
-        e[is_esc] = esc
+        plane = packed_nbytes(n_sm, M - shift)
+        residual = unpack_bits(mv[pos:pos + plane], n_sm, M - shift)
+        esc = mv[pos + plane:pos + plane + 2 * n_esc].view("<u2").astype(np.int64)
+        e = (s - SYM_WINDOW0) // 2 + ref - WINDOW_LOW
+        lead = (s - SYM_WINDOW0) & 1
+        e[is_esc] = esc >> 1
+        lead[is_esc] = esc & 1
         e = np.where(keep, e, 0)
         if e.min() < 0 or e.max() > top:
             raise FormatError(f"chunk {i}: exponent field out of range for {lay.name}")
-        full_sm = np.zeros(n, dtype=np.uint32)
-        full_sm[keep] = sm
+        sm = np.zeros(n, dtype=np.uint32)
+        sm[keep] = (((residual >> (M - 1 - shift)) << M) | (lead[keep].astype(np.uint32) << (M - 1))
+                    | ((residual & ((1 << (M - 1 - shift)) - 1)) << shift))
         lo = i * h.chunk_size - base
-        out[lo:lo + n] = join(e.astype(np.uint32), full_sm, lay)
+        out[lo:lo + n] = join(e.astype(np.uint32), sm, lay)

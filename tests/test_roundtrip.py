@@ -1,0 +1,126 @@
+"""Property-based and exhaustive round trips of the reference codec, bit-exact."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import codec
+from codec.layouts import layout_for
+from tests.helpers import DISTRIBUTIONS, DTYPES, assert_bit_equal, bits, make_values, np_dtype
+
+
+@st.composite
+def tensors(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    dist = draw(st.sampled_from(DISTRIBUTIONS))
+    n = draw(st.one_of(st.just(0), st.just(1), st.integers(2, 300), st.integers(300, 20_000)))
+    x = make_values(dist, dtype, n, draw(st.integers(0, 2**32 - 1)), draw(st.floats(-30, 30)))
+    layout = draw(st.sampled_from(["flat", "2d", "3d", "strided", "transposed"]))
+    if layout == "2d" and n % 4 == 0:
+        x = x.reshape(4, -1)
+    elif layout == "3d" and n % 6 == 0:
+        x = x.reshape(2, 3, -1)
+    elif layout == "strided":
+        x = x[::3]
+    elif layout == "transposed" and n % 2 == 0:
+        x = x.reshape(2, -1).T
+    return x
+
+
+@given(x=tensors(), chunk_size=st.one_of(st.integers(1, 64), st.integers(64, 5000), st.just(65536)),
+       checksum=st.booleans())
+def test_roundtrip_property(x, chunk_size, checksum):
+    before = bits(x).copy()
+    blob = codec.encode(x, chunk_size=chunk_size, checksum=checksum)
+    assert_bit_equal(x, before.view(x.dtype).reshape(x.shape))     # input untouched
+    y = codec.decode(blob)
+    assert y.shape == x.shape
+    assert_bit_equal(y, x)
+    # a chunk that would expand is stored raw: the worst case is bounded by the header and table
+    n_chunks = -(-x.size // chunk_size)
+    assert len(blob) <= x.nbytes + 16 + 8 * x.ndim + n_chunks * (13 if checksum else 9) + 4 * checksum
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_exhaustive_16bit(dtype):
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np_dtype(dtype))
+    for chunk_size in (1 << 16, 4096, 1000):
+        assert_bit_equal(codec.decode(codec.encode(x, chunk_size=chunk_size)), x)
+    rng = np.random.default_rng(0)
+    shuffled = x[rng.permutation(x.size)]
+    assert_bit_equal(codec.decode(codec.encode(shuffled, chunk_size=2048)), shuffled)
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_exhaustive_8bit(dtype):
+    x = np.arange(256, dtype=np.uint8).view(np_dtype(dtype))
+    for reps, chunk_size in ((1, 256), (50, 4096), (50, 333)):
+        y = np.tile(x, reps)
+        assert_bit_equal(codec.decode(codec.encode(y, chunk_size=chunk_size)), y)
+
+
+def test_special_values_and_coded_chunks():
+    """NaN payloads, -0, inf and subnormals inside a chunk that is really entropy coded."""
+    for dtype in DTYPES:
+        lay = layout_for(np_dtype(dtype))
+        x = make_values("gaussian", dtype, 20_000, 1)
+        w = bits(x).copy()
+        top = (1 << lay.exp_bits) - 1
+        specials = [0, 1 << (8 * lay.itemsize - 1), 1, 3, (top << lay.man_bits) | 1, (top << lay.man_bits) | 5,
+                    (1 << (8 * lay.itemsize)) - 1, top << lay.man_bits]
+        w[::997][:len(specials)] = specials
+        y = w.view(x.dtype)
+        blob = codec.encode(y, chunk_size=10_000)
+        assert codec.inspect(blob)["chunks"][0]["kind"] == "coded"
+        assert_bit_equal(codec.decode(blob), y)
+
+
+def test_torch_roundtrip_and_input_untouched():
+    torch = pytest.importorskip("torch")
+    for dt in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2):
+        t = (torch.randn(64, 300, generator=torch.Generator().manual_seed(0)) * 0.02).to(dt)
+        view = t[:, ::2]                                   # non-contiguous
+        snapshot = bits(t).copy()
+        blob = codec.encode(view)
+        assert np.array_equal(bits(t), snapshot)
+        y = codec.decode(blob)
+        assert isinstance(y, torch.Tensor) and y.dtype == dt and tuple(y.shape) == tuple(view.shape)
+        assert_bit_equal(y, view.contiguous())
+        out = torch.empty(view.shape, dtype=dt)
+        assert codec.decode(blob, out=out) is out
+        assert_bit_equal(out, view.contiguous())
+
+
+def test_decode_into_numpy_out():
+    x = make_values("gaussian", "bfloat16", 5000, 2).reshape(50, 100)
+    out = np.empty_like(x)
+    assert codec.decode(codec.encode(x), out=out) is out
+    assert_bit_equal(out, x)
+    with pytest.raises(ValueError):
+        codec.decode(codec.encode(x), out=np.empty(10, x.dtype))
+
+
+def test_chunk_ranges_decode_alone():
+    x = make_values("laplace", "float16", 10_000, 3)
+    blob = codec.encode(x, chunk_size=1024, checksum=True)
+    n_chunks = codec.inspect(blob)["n_chunks"]
+    for first, last in ((0, 1), (3, 7), (9, 10), (0, n_chunks), (5, 5)):
+        want = x[first * 1024:last * 1024]
+        assert_bit_equal(codec.decode_chunks(blob, first, last), want)
+        sub = codec.slice_stream(blob, first, last)
+        assert_bit_equal(codec.decode(sub), want)
+    with pytest.raises(IndexError):
+        codec.decode_chunks(blob, 3, n_chunks + 1)
+
+
+@pytest.mark.parametrize("bad", [np.zeros(4, np.float64), np.zeros(4, np.int32), np.zeros(4, np.complex64),
+                                 np.zeros(4, np.int8)])
+def test_unsupported_dtype(bad):
+    with pytest.raises(TypeError, match="bfloat16, float16, float32, float8_e4m3fn, float8_e5m2"):
+        codec.encode(bad)
+
+
+def test_big_endian_input():
+    x = make_values("gaussian", "float32", 1000, 4)
+    be = x.astype(">f4")
+    assert_bit_equal(codec.decode(codec.encode(be)), x)
