@@ -156,11 +156,12 @@ def inspect(buf) -> dict:
         info = {"index": i, "values": n, "kind": fmt.KIND_NAMES[int(h.kinds[i])], "nbytes": b - a,
                 "bits_per_value": 8 * (b - a) / n}
         if h.kinds[i] == fmt.KIND_CODED:
-            cb, ref, shift, n_sm, n_esc, n_words = fmt.parse_chunk_head(h, buf, i)
-            s, q, z = codebook_params(cb)
-            info.update(codebook=cb, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES, zero_level=ZERO_LEVELS[z],
-                        ref_exponent=ref - lay.bias, escapes=n_esc, zeros=n - n_sm,
-                        dropped_mantissa_bits=shift)
+            hd = fmt.parse_chunk_head(h, buf, i)
+            s, q, z = codebook_params(hd.codebook)
+            info.update(codebook=hd.codebook, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES,
+                        zero_level=ZERO_LEVELS[z], ref_exponent=hd.ref - lay.bias, escapes=hd.n_esc,
+                        zeros=n - hd.n_sm, dropped_mantissa_bits=hd.shift,
+                        zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded)
         chunks.append(info)
     numel = h.numel
     return {"format_version": fmt.FORMAT_VERSION, "dtype": lay.name, "shape": h.shape, "numel": numel,

@@ -23,9 +23,12 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
     KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
-    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode (0) | u16 reserved (0)
+    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u16 reserved (0)
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
-                | LANES(n) x u32 final rANS states | n_words x u16 rANS words
+                | mode 0: nothing; mode m in ZERO_BLOCK_MODES: a bitmap of ceil(n / 2^m) bits
+                  (packed little-endian), bit set = that block of 2^m values is all +0 and is
+                  not coded; the n_coded values of the other blocks are coded below
+                | LANES(n_coded) x u32 final rANS states | n_words x u16 rANS words
                 | residual plane: for the n_sm non-ZERO values, ``sign << (M-1-shift) |
                   (mantissa & (2^(M-1) - 1)) >> shift`` packed with width M - shift bits
                   (codec.layouts.packed_nbytes); the leading mantissa bit is in the symbol,
@@ -62,6 +65,7 @@ MAX_CHUNK_SIZE = 1 << 20          # keeps the integer statistics inside int64
 MAX_NUMEL = 1 << 48
 RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
 MAX_LANES = 32
+ZERO_BLOCK_MODES = (4, 6)         # zero-block bitmaps of 16- and 64-value blocks
 _HEAD = struct.Struct("<4sBBBBIHH")
 CHUNK_HEAD = struct.Struct("<HhBBHIII")   # codebook id, ref, shift, mode, reserved, n_sm, n_esc, n_words
 
@@ -78,9 +82,20 @@ def lanes(n: int) -> int:
     return k
 
 
-def coded_payload_nbytes(lay: FloatLayout, n: int, n_sm: int, n_esc: int, n_words: int, shift: int) -> int:
-    return (CHUNK_HEAD.size + 4 * lanes(n) + 2 * n_words + packed_nbytes(n_sm, lay.man_bits - shift)
-            + 2 * n_esc)
+@dataclass(frozen=True)
+class ChunkHead:
+    """A coded chunk's header, validated, with the stream offsets of its parts."""
+    codebook: int
+    ref: int
+    shift: int
+    mode: int
+    n_sm: int
+    n_esc: int
+    n_words: int
+    n_coded: int                      # values that are entropy coded (n minus skipped zero blocks)
+    zero_blocks: np.ndarray | None    # (ceil(n / 2^mode),) bool, with a bitmap
+    states: int                       # offset of the rANS states
+    words: int                        # offset of the rANS words
 
 
 def crc32c(data) -> int:
@@ -222,24 +237,39 @@ def verify_chunk_crcs(h: Header, buf, chunks) -> None:
             raise FormatError(f"chunk {i}: checksum mismatch (payload corrupted)")
 
 
-def parse_chunk_head(h: Header, buf, i: int) -> tuple[int, int, int, int, int, int]:
-    """Validated ``(codebook, ref, shift, n_sm, n_esc, n_words)`` of coded chunk ``i``."""
+def parse_chunk_head(h: Header, buf, i: int) -> ChunkHead:
+    """The validated header of coded chunk ``i``."""
     from .codebook import N_CODEBOOKS
 
     a, b = h.chunk_span(i)
     n = h.chunk_len(i)
     if b - a < CHUNK_HEAD.size:
         raise FormatError(f"chunk {i}: coded payload of {b - a} bytes is shorter than its header")
-    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(memoryview(buf).cast("B"), a)
-    if mode or reserved:
+    mv = memoryview(buf).cast("B")
+    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(mv, a)
+    if reserved or (mode and mode not in ZERO_BLOCK_MODES):
         raise FormatError(f"chunk {i}: unknown mode {mode} / reserved field {reserved}")
     if shift > h.layout.man_bits - 1:
         raise FormatError(f"chunk {i}: shift {shift} exceeds the {h.layout.man_bits - 1} low mantissa bits")
     if cb >= N_CODEBOOKS:
         raise FormatError(f"chunk {i}: codebook id {cb} outside family v1 (0..{N_CODEBOOKS - 1})")
-    if n_sm > n or n_esc > n_sm or n_words > n:
-        raise FormatError(f"chunk {i}: counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible for {n} values")
-    expect = coded_payload_nbytes(h.layout, n, n_sm, n_esc, n_words, shift)
-    if expect != b - a:
-        raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {expect}")
-    return cb, ref, shift, n_sm, n_esc, n_words
+    pos = a + CHUNK_HEAD.size
+    zero_blocks, n_coded = None, n
+    if mode:
+        nb = -(-n // (1 << mode))
+        if b - pos < (nb + 7) // 8:
+            raise FormatError(f"chunk {i}: payload too short for its zero-block bitmap")
+        bits = np.unpackbits(np.frombuffer(mv, np.uint8, (nb + 7) // 8, pos), count=nb, bitorder="little")
+        zero_blocks = bits.astype(bool)
+        pos += (nb + 7) // 8
+        n_coded = int(np.repeat(~zero_blocks, 1 << mode)[:n].sum())
+        if n_coded == 0:
+            raise FormatError(f"chunk {i}: zero-block bitmap leaves no value to code")
+    if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
+        raise FormatError(f"chunk {i}: counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible "
+                          f"for {n_coded} coded values")
+    tail = 4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, h.layout.man_bits - shift) + 2 * n_esc
+    if pos + tail != b:
+        raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {pos + tail - a}")
+    return ChunkHead(cb, ref, shift, mode, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
+                     pos + 4 * lanes(n_coded))

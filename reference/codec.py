@@ -16,7 +16,10 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
 4. rANS-encode the symbols with ``K = lanes(n)`` interleaved states; store the sign and
    the remaining mantissa bits of the non-ZERO words (minus the low bits that are zero in
    all of them) and the raw exponent + leading bit of the ESC words.
-5. if that is not smaller than ``n * itemsize`` bytes, the chunk is RAW.
+5. the same with a zero-block bitmap (blocks of 16 or 64 values that are all +0 are
+   skipped, the rest coded as above), where at least 1/32 of the values would be skipped;
+   the smallest payload is kept (the plain one on ties), and if that is not smaller than
+   ``n * itemsize`` bytes, the chunk is RAW.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ import numpy as np
 
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
                             load_family, select_codebook)
-from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, FormatError, Header,
-                          lanes, parse_chunk_head)
+from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, ZERO_BLOCK_MODES, FormatError,
+                          Header, lanes, parse_chunk_head)
 from codec.layouts import FloatLayout, join, log2_magnitude, packed_nbytes, split
 
 __all__ = ["encode_chunks", "decode_chunks", "pack_bits", "unpack_bits"]
@@ -160,21 +163,56 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple
         groups.append((n_full, n_chunks, numel - n_full * chunk_size))
     for first, last, n in groups:
         block = words[first * chunk_size:first * chunk_size + (last - first) * n].reshape(last - first, n)
-        _encode_group(block, lay, fam, kinds[first:last], payloads, first)
+        const = np.all(block == block[:, :1], axis=1)
+        for i in np.flatnonzero(const):
+            kinds[first + i] = KIND_CONST
+            payloads[first + i] = block[i, :1].astype(lay.uint.newbyteorder("<")).tobytes()
+        rows = np.flatnonzero(~const)
+        if not len(rows):
+            continue
+        candidates = [_coded_payloads(block[rows], lay, fam)]
+        for mode in ZERO_BLOCK_MODES:
+            candidates.append(_sparse_payloads(block[rows], mode, lay, fam))
+        for j, row in enumerate(rows):
+            best = min((c[j] for c in candidates if c[j] is not None), key=len)   # first on ties
+            if len(best) >= n * lay.itemsize:
+                kinds[first + row] = KIND_RAW
+                payloads[first + row] = block[row].astype(lay.uint.newbyteorder("<")).tobytes()
+            else:
+                kinds[first + row] = KIND_CODED
+                payloads[first + row] = best
     return kinds, payloads
 
 
-def _encode_group(block, lay, fam, kinds, payloads, first):
+def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam) -> list[bytes | None]:
+    """Payloads with a zero-block bitmap of ``2^mode``-value blocks, where it may pay (else None)."""
     n = block.shape[1]
+    size = 1 << mode
+    out: list[bytes | None] = []
+    for row in block:
+        zero_blocks = zero_block_flags(row, size)
+        kept = np.repeat(~zero_blocks, size)[:n]
+        if 32 * (n - int(kept.sum())) < n or not kept.any():   # < 1/32 of the values skipped: not worth trying
+            out.append(None)
+            continue
+        bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
+        out.append(_coded_payloads(row[kept][None, :], lay, fam, mode=mode, bitmaps=[bitmap])[0])
+    return out
+
+
+def zero_block_flags(row: np.ndarray, size: int) -> np.ndarray:
+    """True for each ``size``-value block of ``row`` (the last one may be short) that is all +0."""
+    n = len(row)
+    nb = -(-n // size)
+    padded = np.zeros(nb * size, dtype=row.dtype)
+    padded[:n] = row
+    return ~padded.reshape(nb, size).any(axis=1)
+
+
+def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bitmaps=None) -> list[bytes]:
+    """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded)."""
+    n = sub.shape[1]
     M = lay.man_bits
-    const = np.all(block == block[:, :1], axis=1)
-    coded_rows = np.flatnonzero(~const)
-    for i in np.flatnonzero(const):
-        kinds[i] = KIND_CONST
-        payloads[first + i] = block[i, :1].tobytes()
-    if not len(coded_rows):
-        return
-    sub = block[coded_rows]
     e, sm = split(sub, lay)
     sm = sm.astype(np.uint32)
     lead = (sm >> (M - 1)) & 1
@@ -191,22 +229,18 @@ def _encode_group(block, lay, fam, kinds, payloads, first):
     freq = np.stack([t[0] for t in tables]).astype(np.int64)
     cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
     states, words = rans_encode(sym, freq, cum, lanes(n))
-    for j, row in enumerate(coded_rows):
-        cb, ref = heads[j]
+    out = []
+    for j, (cb, ref) in enumerate(heads):
         keep = sym[j] != SYM_ZERO
         is_esc = sym[j] == SYM_ESC
         shift = _trailing_zeros(int(np.bitwise_or.reduce(low[j][keep])), M - 1)
         residual = (sign[j][keep] << (M - 1 - shift)) | (low[j][keep] >> shift)
         esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
-        payload = b"".join([CHUNK_HEAD.pack(cb, ref, shift, 0, 0, int(keep.sum()), len(esc), len(words[j])),
-                            states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
-                            pack_bits(residual, M - shift), esc.astype("<u2").tobytes()])
-        if len(payload) >= n * lay.itemsize:
-            kinds[row] = KIND_RAW
-            payloads[first + row] = block[row].astype(lay.uint.newbyteorder("<")).tobytes()
-        else:
-            kinds[row] = KIND_CODED
-            payloads[first + row] = payload
+        out.append(b"".join([CHUNK_HEAD.pack(cb, ref, shift, mode, 0, int(keep.sum()), len(esc), len(words[j])),
+                             bitmaps[j] if mode else b"",
+                             states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
+                             pack_bits(residual, M - shift), esc.astype("<u2").tobytes()]))
+    return out
 
 
 def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
@@ -214,7 +248,7 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     lay = h.layout
     mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     base = chunks.start * h.chunk_size
-    coded: dict[int, list[int]] = {}
+    coded: dict[int, list] = {}
     for i in chunks:
         a, b = h.chunk_span(i)
         n = h.chunk_len(i)
@@ -225,36 +259,37 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         elif kind == KIND_CONST:
             out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))[0]
         else:
-            coded.setdefault(n, []).append(i)
-    for n, ids in coded.items():
-        _decode_group(h, mv, ids, n, out, base)
+            head = parse_chunk_head(h, mv, i)
+            coded.setdefault(head.n_coded, []).append((i, head))
+    for n_coded, items in coded.items():
+        _decode_group(h, mv, items, n_coded, out, base)
 
 
-def _decode_group(h, mv, ids, n, out, base):
+def _decode_group(h, mv, items, n, out, base):
+    """Decode coded chunks that all entropy-code ``n`` values."""
     lay = h.layout
     M = lay.man_bits
     k = lanes(n)
-    heads, states, words = [], np.zeros((len(ids), k), np.uint32), []
-    for j, i in enumerate(ids):
-        cb, ref, shift, n_sm, n_esc, n_words = parse_chunk_head(h, mv, i)
-        a = h.chunk_span(i)[0] + CHUNK_HEAD.size
-        states[j] = mv[a:a + 4 * k].view("<u4")
-        words.append(mv[a + 4 * k:a + 4 * k + 2 * n_words].view("<u2"))
-        heads.append((cb, ref, shift, n_sm, n_esc, a + 4 * k + 2 * n_words))
-    tables = [chunk_tables(hd[0], hd[1], lay.exp_bits, lay.has_inf) for hd in heads]
-    sym = rans_decode(states, words, n, tables, ids)
+    states = np.zeros((len(items), k), np.uint32)
+    words = []
+    for j, (i, hd) in enumerate(items):
+        states[j] = mv[hd.states:hd.states + 4 * k].view("<u4")
+        words.append(mv[hd.words:hd.words + 2 * hd.n_words].view("<u2"))
+    tables = [chunk_tables(hd.codebook, hd.ref, lay.exp_bits, lay.has_inf) for _, hd in items]
+    sym = rans_decode(states, words, n, tables, [i for i, _ in items])
     top = (1 << lay.exp_bits) - 1
-    for j, i in enumerate(ids):
-        cb, ref, shift, n_sm, n_esc, pos = heads[j]
+    for j, (i, hd) in enumerate(items):
         s = sym[j].astype(np.int64)
         keep = s != SYM_ZERO
         is_esc = s == SYM_ESC
-        if int(keep.sum()) != n_sm or int(is_esc.sum()) != n_esc:
+        if int(keep.sum()) != hd.n_sm or int(is_esc.sum()) != hd.n_esc:
             raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
-        plane = packed_nbytes(n_sm, M - shift)
-        residual = unpack_bits(mv[pos:pos + plane], n_sm, M - shift)
-        esc = mv[pos + plane:pos + plane + 2 * n_esc].view("<u2").astype(np.int64)
-        e = (s - SYM_WINDOW0) // 2 + ref - WINDOW_LOW
+        shift = hd.shift
+        pos = hd.words + 2 * hd.n_words
+        plane = packed_nbytes(hd.n_sm, M - shift)
+        residual = unpack_bits(mv[pos:pos + plane], hd.n_sm, M - shift)
+        esc = mv[pos + plane:pos + plane + 2 * hd.n_esc].view("<u2").astype(np.int64)
+        e = (s - SYM_WINDOW0) // 2 + hd.ref - WINDOW_LOW
         lead = (s - SYM_WINDOW0) & 1
         e[is_esc] = esc >> 1
         lead[is_esc] = esc & 1
@@ -264,5 +299,13 @@ def _decode_group(h, mv, ids, n, out, base):
         sm = np.zeros(n, dtype=np.uint32)
         sm[keep] = (((residual >> (M - 1 - shift)) << M) | (lead[keep].astype(np.uint32) << (M - 1))
                     | ((residual & ((1 << (M - 1 - shift)) - 1)) << shift))
+        values = join(e.astype(np.uint32), sm, lay)
         lo = i * h.chunk_size - base
-        out[lo:lo + n] = join(e.astype(np.uint32), sm, lay)
+        n_chunk = h.chunk_len(i)
+        if hd.zero_blocks is None:
+            out[lo:lo + n_chunk] = values
+        else:
+            kept = np.repeat(~hd.zero_blocks, 1 << hd.mode)[:n_chunk]
+            dst = out[lo:lo + n_chunk]
+            dst[:] = 0
+            dst[kept] = values

@@ -302,5 +302,6 @@ def test_entropy_bound_is_close_to_codec():
     x = np.random.default_rng(7).normal(0, 0.02, 1 << 16).astype(ml_dtypes.bfloat16)
     bound = entropy_bound_bits(x)
     actual = 8 * len(codec.encode(x)) / x.size
-    assert 8 < bound < 11 and bound - 0.05 < actual < bound + 0.5
+    # the codec also models the leading mantissa bit, so it may beat this bound by a little
+    assert 8 < bound < 11 and bound - 0.3 < actual < bound + 0.5
     assert math.isclose(entropy_bound_bits(x.reshape(256, 256)), bound)

@@ -1,0 +1,119 @@
+"""Malformed, truncated, corrupted and forged streams raise codec.FormatError and nothing else."""
+import functools
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import codec
+from codec import format as fmt
+from tests.helpers import make_values
+
+
+@functools.cache
+def _small_streams(checksum):
+    x = make_values("gaussian", "bfloat16", 700, 0, -1.5)
+    x[::7] = 0
+    x[200:300] = 0
+    return {
+        "coded": codec.encode(x, chunk_size=512, checksum=checksum),
+        "mixed": codec.encode(np.concatenate([x[:100], np.zeros(100, x.dtype), make_values("random_bits", "bfloat16", 40, 1)]),
+                              chunk_size=100, checksum=checksum),
+        "fp8": codec.encode(make_values("laplace", "float8_e4m3fn", 600, 2), chunk_size=512, checksum=checksum),
+    }
+
+
+def _decode_or_format_error(blob):
+    try:
+        return codec.decode(blob)
+    except codec.FormatError as e:
+        assert str(e)
+        return None
+
+
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+def test_every_truncation_raises(name):
+    blob = _small_streams(False)[name]
+    for cut in range(len(blob)):
+        with pytest.raises(codec.FormatError):
+            codec.decode(blob[:cut])
+
+
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+def test_every_byte_flip_detected_with_checksum(name):
+    blob = _small_streams(True)[name]
+    for i in range(len(blob)):
+        bad = bytearray(blob)
+        bad[i] ^= 1 << (i % 8)          # every position, every bit position across the stream
+        with pytest.raises(codec.FormatError):
+            codec.decode(bytes(bad))
+
+
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+def test_every_byte_flip_without_checksum_never_crashes(name):
+    blob = _small_streams(False)[name]
+    for i in range(len(blob)):
+        bad = bytearray(blob)
+        bad[i] ^= 0xFF if i % 2 else 1 << (i % 8)
+        _decode_or_format_error(bytes(bad))
+
+
+def test_extra_bytes_rejected():
+    blob = _small_streams(False)["coded"]
+    with pytest.raises(codec.FormatError, match="does not match"):
+        codec.decode(blob + b"\0")
+
+
+def test_foreign_and_empty():
+    for junk in (b"", b"ZCC", b"PK\x03\x04" + bytes(60), b"\x89PNG\r\n\x1a\n" + bytes(100)):
+        with pytest.raises(codec.FormatError):
+            codec.decode(junk)
+
+
+def test_forged_huge_shape_is_rejected_before_allocating():
+    head = struct.pack("<4sBBBBIHH", b"ZCCL", 1, 1, 0, 2, 1 << 20, 1, 0) + struct.pack("<2Q", 1 << 24, 1 << 24)
+    with pytest.raises(codec.FormatError, match="elements|truncated"):
+        codec.decode(head)
+    head = struct.pack("<4sBBBBIHH", b"ZCCL", 1, 1, 0, 1, 1, 1, 0) + struct.pack("<Q", 1 << 40)
+    with pytest.raises(codec.FormatError, match="chunk table"):
+        codec.decode(head + bytes(1000))
+
+
+def test_messages_say_what_is_wrong():
+    blob = bytearray(_small_streams(False)["coded"])
+    bad = bytearray(blob)
+    bad[4] = 9
+    with pytest.raises(codec.FormatError, match="version 9"):
+        codec.decode(bytes(bad))
+    bad = bytearray(blob)
+    bad[5] = 77
+    with pytest.raises(codec.FormatError, match="dtype code 77"):
+        codec.decode(bytes(bad))
+    with pytest.raises(codec.FormatError, match="magic"):
+        codec.decode(b"XXXX" + bytes(blob[4:]))
+
+
+@given(st.binary(max_size=400))
+def test_random_junk(junk):
+    _decode_or_format_error(junk)
+
+
+@given(data=st.data())
+def test_random_mutations(data):
+    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "mixed", "fp8"]))])
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(0, len(blob) - 1))
+        blob[i] = data.draw(st.integers(0, 255))
+    _decode_or_format_error(bytes(blob))
+
+
+@given(data=st.data())
+def test_random_mutations_with_header_crc_fixed(data):
+    """Forge a consistent header CRC so that the structure checks, not the CRC, must catch it."""
+    blob = bytearray(_small_streams(False)["coded"])
+    h = fmt.parse_header(blob)
+    i = data.draw(st.integers(0, h.payload_start - 1))
+    blob[i] = data.draw(st.integers(0, 255))
+    _decode_or_format_error(bytes(blob))
