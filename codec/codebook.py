@@ -55,7 +55,7 @@ STAT_FRAC_BITS = 8                # fixed point of the fitted mean/variance of t
 ZERO_FRAC_BITS = 24               # fixed point of the zero fraction thresholds
 _ESC_COST_BITS = 20.0             # approx. cost of an escaped zero, for the level thresholds
 FAMILY_FILE = Path(__file__).with_name("data") / f"codebooks_v{FAMILY_VERSION}.npz"
-FAMILY_SHA256 = "UNSET"
+FAMILY_SHA256 = "78b54fe2e8d978ea5b352bcb848114cef65e0bf0e9bffbe0078dee59a34240a8"
 
 
 def codebook_id(shape: int, phase: int, zero_level: int) -> int:
@@ -109,13 +109,13 @@ def generate_family() -> dict[str, np.ndarray]:
     d = np.arange(-WINDOW_LOW, WINDOW - WINDOW_LOW, dtype=np.float64)
     freqs = np.zeros((N_CODEBOOKS, N_SYMBOLS), dtype=np.uint16)
     mean_offsets = np.zeros((len(SHAPES), PHASES), dtype=np.int64)
-    variances = np.zeros(len(SHAPES))
+    variances = np.zeros((len(SHAPES), PHASES), dtype=np.int64)
     for s, shape in enumerate(SHAPES):
         for q in range(PHASES):
             phase = (q + 0.5) / PHASES
             mean, var = pmf_moments(shape, phase)
             mean_offsets[s, q] = round(mean * (1 << STAT_FRAC_BITS))
-            variances[s] += var / PHASES
+            variances[s, q] = round(var * (1 << STAT_FRAC_BITS))
             lower = exponent_pmf(shape, phase, d, upper=_LOG2_1_5)                # [1, 1.5) * 2^e
             upper = exponent_pmf(shape, phase, d) - lower                          # [1.5, 2) * 2^e
             pw = np.stack([lower, np.maximum(upper, 0.0)], axis=1).ravel()          # symbol order (j, b)
@@ -125,15 +125,10 @@ def generate_family() -> dict[str, np.ndarray]:
                 p[SYM_WINDOW0:] = (1 - pi) * pw
                 p[SYM_ESC] = max(0.0, (1 - pi) * (1 - pw.sum()))
                 freqs[codebook_id(s, q, z)] = quantize_frequencies(p)
-    order = np.argsort(variances)
-    if not np.array_equal(order, np.arange(len(SHAPES))):
-        raise AssertionError(f"SHAPES must be ordered by exponent variance, got {variances}")
-    var_fixed = variances * (1 << STAT_FRAC_BITS)
-    var_thresholds = np.round((var_fixed[1:] + var_fixed[:-1]) / 2).astype(np.int64)
     return {
         "freqs": freqs,
         "mean_offsets": mean_offsets,
-        "var_thresholds": var_thresholds,
+        "variances": variances,
         "zero_thresholds": _zero_thresholds(),
     }
 
@@ -158,7 +153,7 @@ class Family:
     and the integer constants of the model fit (see :func:`select_codebook`)."""
     freqs: np.ndarray
     mean_offsets: np.ndarray
-    var_thresholds: np.ndarray
+    variances: np.ndarray
     zero_thresholds: np.ndarray
     digest: str
 
@@ -168,12 +163,11 @@ def load_family() -> Family:
     with np.load(FAMILY_FILE) as z:
         arrays = {k: z[k] for k in z.files}
     digest = _digest(arrays)
-    if FAMILY_SHA256 != "UNSET" and digest != FAMILY_SHA256:
+    if digest != FAMILY_SHA256:
         raise RuntimeError(f"{FAMILY_FILE} does not match codebook family v{FAMILY_VERSION} (sha256 {digest})")
     for a in arrays.values():
         a.setflags(write=False)
-    return Family(arrays["freqs"], arrays["mean_offsets"], arrays["var_thresholds"], arrays["zero_thresholds"],
-                  digest)
+    return Family(arrays["freqs"], arrays["mean_offsets"], arrays["variances"], arrays["zero_thresholds"], digest)
 
 
 def window_symbol(field: int, ref: int, bit: int) -> int:
@@ -234,28 +228,33 @@ def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, sum_e2: int,
     below 1 for subnormals) over the ``n_log`` values whose magnitude is not 0.
     All integer arithmetic (floor division), so every backend selects identically:
 
-    * mean ``m = floor(256 sum_e / n_log)``, variance ``v = floor(256 sum_e2 / n_log) - floor(m^2 / 256)``
-      (both 0 when ``n_log == 0``);
-    * shape ``s`` = number of ``var_thresholds`` ``<= v``;
-    * ``(ref, phase)`` minimise ``|m - 256 ref - mean_offsets[s, phase]|`` (first phase on ties),
-      ``ref = floor((m - mean_offsets[s, phase] + 128) / 256)``;
+    * mean ``m = floor(256 S1 / n)``, variance ``v = floor(256 floor((n S2 - S1^2) / n) / n)``
+      (``S1 = sum_e``, ``S2 = sum_e2``, ``n = n_log``; both 0 when ``n_log == 0``);
+    * for each shape ``s``: ``(ref_s, q_s)`` minimise ``|m - 256 ref - mean_offsets[s, q]|`` (first phase
+      on ties), ``ref = floor((m - mean_offsets[s, q] + 128) / 256)``;
+    * the shape is the one whose predicted variance ``variances[s, q_s]`` is nearest ``v``
+      (first on ties);
     * zero level = number of ``zero_thresholds`` ``t`` with ``n_zero * 2^24 >= t * n``.
     """
     fam = family or load_family()
     m = v = 0
     if n_log:
         m = (sum_e << STAT_FRAC_BITS) // n_log
-        v = (sum_e2 << STAT_FRAC_BITS) // n_log - ((m * m) >> STAT_FRAC_BITS)
-    s = 0
-    for t in fam.var_thresholds:
-        s += int(v >= int(t))
-    best_q, best_ref, best_err = 0, 0, -1
-    for q in range(PHASES):
-        off = int(fam.mean_offsets[s, q])
-        ref = (m - off + (1 << (STAT_FRAC_BITS - 1))) >> STAT_FRAC_BITS
-        err = abs(m - off - (ref << STAT_FRAC_BITS))
-        if best_err < 0 or err < best_err:
-            best_q, best_ref, best_err = q, ref, err
+        # exact in int64 for n_log <= 2^20, |e| < 2^8: n S2 - S1^2 < 2^56, no cancellation
+        v = (((n_log * sum_e2 - sum_e * sum_e) // n_log) << STAT_FRAC_BITS) // n_log
+    best = None
+    for s in range(len(SHAPES)):
+        best_q, best_ref, best_err = 0, 0, -1
+        for q in range(PHASES):
+            off = int(fam.mean_offsets[s, q])
+            ref = (m - off + (1 << (STAT_FRAC_BITS - 1))) >> STAT_FRAC_BITS
+            err = abs(m - off - (ref << STAT_FRAC_BITS))
+            if best_err < 0 or err < best_err:
+                best_q, best_ref, best_err = q, ref, err
+        dist = abs(v - int(fam.variances[s, best_q]))
+        if best is None or dist < best[0]:
+            best = (dist, s, best_q, best_ref)
+    _, s, best_q, best_ref = best
     z = 0
     for t in fam.zero_thresholds:
         z += int((n_zero << ZERO_FRAC_BITS) >= int(t) * n)

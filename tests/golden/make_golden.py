@@ -1,0 +1,49 @@
+"""Write the golden fixtures: ``python -m tests.golden.make_golden``.
+
+Run this only together with a format or codebook-family version bump: the fixtures pin
+the exact bytes of format v1 / family v1, and ``tests/test_golden.py`` fails when an
+encoder change alters them.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+
+import codec
+from tests.helpers import make_values
+
+HERE = Path(__file__).resolve().parent
+CASES = {
+    # name: (distribution, dtype, n, seed, log10 sigma, chunk_size, checksum)
+    "gauss_bf16": ("gaussian", "bfloat16", 5000, 1, -1.7, 2048, False),
+    "laplace_f16_crc": ("laplace", "float16", 3000, 2, -2.0, 1024, True),
+    "student_f32": ("student_t", "float32", 2500, 3, 0.0, 4096, False),
+    "zeros_bf16": ("gaussian", "bfloat16", 4000, 4, -2.0, 1024, False),      # + zero rows, see below
+    "fp8_e4m3": ("gaussian", "float8_e4m3fn", 3000, 5, 0.0, 2048, False),
+    "fp8_e5m2": ("laplace", "float8_e5m2", 3000, 6, -1.0, 1000, True),
+    "lognormal_bf16": ("lognormal", "bfloat16", 384, 7, 0.0, 65536, False),
+    "kinds_bf16": ("gaussian", "bfloat16", 1100, 8, 0.0, 256, True),         # + raw/const chunks, below
+}
+
+
+def main():
+    manifest = {}
+    for name, (dist, dtype, n, seed, ls, cs, crc) in CASES.items():
+        x = make_values(dist, dtype, n, seed, ls)
+        if name == "zeros_bf16":   # sparse rows, like the gradient of an embedding table
+            rows = x.reshape(-1, 40)
+            rows[np.random.default_rng(0).random(len(rows)) < 0.85] = 0
+        if name == "kinds_bf16":   # chunk 1 all +0, chunk 2 random bits (stored raw), chunk 3 constant NaN
+            x[256:512] = 0
+            x[512:768] = make_values("random_bits", dtype, 256, 9)
+            x.view(np.uint16)[768:1024] = 0x7FC1
+        (HERE / f"{name}.input").write_bytes(x.tobytes())
+        blob = codec.encode(x, chunk_size=cs, checksum=crc)
+        (HERE / f"{name}.zccl").write_bytes(blob)
+        manifest[name] = {"dtype": dtype, "numel": n, "chunk_size": cs, "checksum": crc, "nbytes": len(blob)}
+    (HERE / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(json.dumps(manifest, indent=1))
+
+
+if __name__ == "__main__":
+    main()
