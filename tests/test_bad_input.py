@@ -25,20 +25,32 @@ def _small_streams(checksum):
     }
 
 
+BACKENDS = ("reference", "numba")
+
+
 def _decode_or_format_error(blob):
-    try:
-        return codec.decode(blob)
-    except codec.FormatError as e:
-        assert str(e)
-        return None
+    """Both backends: either both decode (to the same words) or both raise FormatError."""
+    results = []
+    for backend in BACKENDS:
+        try:
+            results.append(codec.decode(blob, backend=backend))
+        except codec.FormatError as e:
+            assert str(e)
+            results.append(None)
+    ref, fast = results
+    assert (ref is None) == (fast is None), "backends disagree on whether the stream is valid"
+    if ref is not None:
+        assert np.array_equal(ref.view(np.uint8), fast.view(np.uint8))
+    return ref
 
 
 @pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
 def test_every_truncation_raises(name):
     blob = _small_streams(False)[name]
     for cut in range(len(blob)):
-        with pytest.raises(codec.FormatError):
-            codec.decode(blob[:cut])
+        for backend in BACKENDS:
+            with pytest.raises(codec.FormatError):
+                codec.decode(blob[:cut], backend=backend)
 
 
 @pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
@@ -48,7 +60,7 @@ def test_every_byte_flip_detected_with_checksum(name):
         bad = bytearray(blob)
         bad[i] ^= 1 << (i % 8)          # every position, every bit position across the stream
         with pytest.raises(codec.FormatError):
-            codec.decode(bytes(bad))
+            codec.decode(bytes(bad), backend=BACKENDS[i % 2])
 
 
 @pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])

@@ -31,32 +31,51 @@ def tensors(draw):
        checksum=st.booleans())
 def test_roundtrip_property(x, chunk_size, checksum):
     before = bits(x).copy()
-    blob = codec.encode(x, chunk_size=chunk_size, checksum=checksum)
+    blob = codec.encode(x, chunk_size=chunk_size, checksum=checksum, backend="reference")
     assert_bit_equal(x, before.view(x.dtype).reshape(x.shape))     # input untouched
-    y = codec.decode(blob)
-    assert y.shape == x.shape
-    assert_bit_equal(y, x)
+    fast = codec.encode(x, chunk_size=chunk_size, checksum=checksum, backend="numba")
+    assert fast == blob                                             # the fast path writes the spec's bytes
+    assert_bit_equal(x, before.view(x.dtype).reshape(x.shape))
+    for backend in ("reference", "numba"):
+        y = codec.decode(blob, backend=backend)
+        assert y.shape == x.shape
+        assert_bit_equal(y, x)
     # a chunk that would expand is stored raw: the worst case is bounded by the header and table
     n_chunks = -(-x.size // chunk_size)
     assert len(blob) <= x.nbytes + 16 + 8 * x.ndim + n_chunks * (13 if checksum else 9) + 4 * checksum
+
+
+def _both_backends(x, chunk_size):
+    blob = codec.encode(x, chunk_size=chunk_size, backend="reference")
+    assert codec.encode(x, chunk_size=chunk_size, backend="numba") == blob
+    for backend in ("reference", "numba"):
+        assert_bit_equal(codec.decode(blob, backend=backend), x)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_exhaustive_16bit(dtype):
     x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np_dtype(dtype))
     for chunk_size in (1 << 16, 4096, 1000):
-        assert_bit_equal(codec.decode(codec.encode(x, chunk_size=chunk_size)), x)
+        _both_backends(x, chunk_size)
     rng = np.random.default_rng(0)
-    shuffled = x[rng.permutation(x.size)]
-    assert_bit_equal(codec.decode(codec.encode(shuffled, chunk_size=2048)), shuffled)
+    _both_backends(x[rng.permutation(x.size)], 2048)
+    # every bit pattern inside a chunk that is really entropy coded (not stored raw)
+    g = make_values("gaussian", dtype, 1 << 20, 0, -1.0)
+    bits(g)[::16] = bits(x)[np.random.default_rng(1).permutation(x.size)]
+    blob = codec.encode(g, chunk_size=1 << 16)
+    assert {c["kind"] for c in codec.inspect(blob)["chunks"]} == {"coded"}
+    _both_backends(g, 1 << 16)
 
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
 def test_exhaustive_8bit(dtype):
     x = np.arange(256, dtype=np.uint8).view(np_dtype(dtype))
     for reps, chunk_size in ((1, 256), (50, 4096), (50, 333)):
-        y = np.tile(x, reps)
-        assert_bit_equal(codec.decode(codec.encode(y, chunk_size=chunk_size)), y)
+        _both_backends(np.tile(x, reps), chunk_size)
+    g = make_values("gaussian", dtype, 1 << 16, 0, 0.0)
+    bits(g)[::16] = np.random.default_rng(1).permutation(np.tile(bits(x), 16))
+    assert {c["kind"] for c in codec.inspect(codec.encode(g, chunk_size=1 << 16))["chunks"]} == {"coded"}
+    _both_backends(g, 1 << 16)
 
 
 def test_special_values_and_coded_chunks():

@@ -1,0 +1,600 @@
+"""CPU fast path: numba kernels that produce exactly the reference's bytes.
+
+Same contract as :mod:`reference` (``encode_chunks`` / ``decode_chunks``); one chunk per
+``prange`` iteration, no per-value Python work, scratch per chunk only.  Every offset and
+count read from a stream is validated inside the kernel before it is used (numba does no
+bounds checking): a bad chunk sets an error code, which becomes :class:`codec.FormatError`.
+
+The kernels are compiled on first use and cached on disk (``cache=True``).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
+                       WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
+from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
+                     Header)
+from .layouts import FloatLayout
+
+_HEAD = CHUNK_HEAD.size
+_N_ZL = len(ZERO_LEVELS)
+_MODE_A, _MODE_B = ZERO_BLOCK_MODES
+_RENORM_SHIFT = 16 + 16 - PROB_BITS
+_MASK = (1 << PROB_BITS) - 1
+
+# error codes of the decode kernel -> messages
+_ERRORS = {
+    1: "coded payload is shorter than its header",
+    2: "unknown mode or reserved field",
+    3: "shift exceeds the low mantissa bits",
+    4: "codebook id outside family v1",
+    5: "payload too short for its zero-block bitmap",
+    6: "zero-block bitmap leaves no value to code",
+    7: "header counts impossible for the coded values",
+    8: "coded payload size does not match its header",
+    9: "rANS stream ends early",
+    10: "rANS stream inconsistent (final state or word count wrong: corrupted payload)",
+    11: "decoded symbols disagree with the header counts",
+    12: "exponent field out of range",
+}
+
+
+@njit(cache=True, inline="always")
+def _lanes(n):
+    k = 1
+    while k < MAX_LANES and 2 * k * 1024 <= n:
+        k *= 2
+    return k
+
+
+@njit(cache=True, inline="always")
+def _packed_nbytes(n, width):
+    return n * (width // 8) + (n * (width % 8) + 7) // 8
+
+
+@njit(cache=True)
+def _select(n, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds):
+    m = 0
+    v = 0
+    if n_log > 0:
+        m = (s1 << STAT_FRAC_BITS) // n_log
+        v = (((n_log * s2 - s1 * s1) // n_log) << STAT_FRAC_BITS) // n_log
+    best_dist = -1
+    best_s = 0
+    best_qq = 0
+    best_rr = 0
+    for s in range(mean_offsets.shape[0]):
+        bq = 0
+        br = 0
+        be = -1
+        for q in range(PHASES):
+            off = mean_offsets[s, q]
+            ref = (m - off + (1 << (STAT_FRAC_BITS - 1))) >> STAT_FRAC_BITS
+            err = abs(m - off - (ref << STAT_FRAC_BITS))
+            if be < 0 or err < be:
+                bq = q
+                br = ref
+                be = err
+        dist = abs(v - variances[s, bq])
+        if best_dist < 0 or dist < best_dist:
+            best_dist = dist
+            best_s = s
+            best_qq = bq
+            best_rr = br
+    z = 0
+    for t in zero_thresholds:
+        if (n_zero << ZERO_FRAC_BITS) >= t * n:
+            z += 1
+    return (best_s * PHASES + best_qq) * _N_ZL + z, best_rr
+
+
+@njit(cache=True, inline="always")
+def _wsym(field, ref, bit):
+    return SYM_WINDOW0 + 2 * (field - ref + WINDOW_LOW) + bit
+
+
+@njit(cache=True)
+def _move(f, lo, hi, ref, target):
+    """Move the mass of window fields [lo, hi) to ``target`` (ESC if outside the window)."""
+    mass = 0
+    any_sym = False
+    for field in range(lo, hi):
+        for b in range(2):
+            s = _wsym(field, ref, b)
+            if SYM_WINDOW0 <= s < N_SYMBOLS:
+                mass += f[s]
+                f[s] = 0
+                any_sym = True
+    if any_sym:
+        if SYM_WINDOW0 <= target < N_SYMBOLS:
+            f[target] += mass
+        else:
+            f[SYM_ESC] += mass
+
+
+@njit(cache=True)
+def _tables(freqs, cb, ref, exp_bits, has_inf, f, cum):
+    """codec.codebook.clip_to_dtype + cumulative frequencies, into ``f``/``cum`` (int64)."""
+    for s in range(N_SYMBOLS):
+        f[s] = freqs[cb, s]
+    top = (1 << exp_bits) - 1
+    lo_field = ref - WINDOW_LOW
+    hi_field = ref - WINDOW_LOW + WINDOW - 1
+    if lo_field < -1:
+        _move(f, lo_field, -1, ref, _wsym(0, ref, 0))
+    if lo_field <= -1 and -1 <= hi_field:
+        _move(f, -1, 0, ref, _wsym(0, ref, 1))
+    if hi_field > top:
+        _move(f, max(top + 1, lo_field), hi_field + 1, ref, _wsym(top, ref, 0 if has_inf else 1))
+    cum[0] = 0
+    for s in range(N_SYMBOLS):
+        cum[s + 1] = cum[s] + f[s]
+
+
+@njit(cache=True, inline="always")
+def _put16(out, p, v):
+    out[p] = v & 0xFF
+    out[p + 1] = (v >> 8) & 0xFF
+
+
+@njit(cache=True, inline="always")
+def _put32(out, p, v):
+    out[p] = v & 0xFF
+    out[p + 1] = (v >> 8) & 0xFF
+    out[p + 2] = (v >> 16) & 0xFF
+    out[p + 3] = (v >> 24) & 0xFF
+
+
+@njit(cache=True, inline="always")
+def _get16(buf, p):
+    return np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8)
+
+
+@njit(cache=True, inline="always")
+def _get32(buf, p):
+    return (np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16)
+            | (np.int64(buf[p + 3]) << 24))
+
+
+@njit(cache=True)
+def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                 mode, bitmap, nbitmap, out, sym, wbuf):
+    """Write a CODED payload for ``vals[:m]`` into ``out``; return its size.
+
+    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m) are scratch.
+    """
+    emask = (1 << E) - 1
+    mmask = (1 << M) - 1
+    lowmask = (1 << (M - 1)) - 1
+    sign_shift = E + M
+    magmask = (1 << (E + M)) - 1
+    n_zero = 0
+    n_log = 0
+    s1 = 0
+    s2 = 0
+    orlow = 0
+    for i in range(m):
+        w = np.int64(vals[i])
+        if w == 0:
+            n_zero += 1
+        if (w & magmask) != 0:
+            e = (w >> M) & emask
+            if e == 0:
+                mant = w & mmask
+                bl = 0
+                while mant > 0:
+                    bl += 1
+                    mant >>= 1
+                lg = 1 - M + bl - 1
+            else:
+                lg = e
+            n_log += 1
+            s1 += lg
+            s2 += lg * lg
+        orlow |= w & lowmask
+    cb, ref = _select(m, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds)
+    f = np.empty(N_SYMBOLS, np.int64)
+    cum = np.empty(N_SYMBOLS + 1, np.int64)
+    _tables(freqs, cb, ref, E, has_inf, f, cum)
+    shift = 0
+    while shift < M - 1 and ((orlow >> shift) & 1) == 0:
+        shift += 1
+    n_sm = 0
+    n_esc = 0
+    zero_ok = f[SYM_ZERO] > 0
+    for i in range(m):
+        w = np.int64(vals[i])
+        if w == 0 and zero_ok:
+            sym[i] = SYM_ZERO
+            continue
+        e = (w >> M) & emask
+        lead = (w >> (M - 1)) & 1
+        j = e - ref + WINDOW_LOW
+        s = SYM_ESC
+        if 0 <= j < WINDOW:
+            s = SYM_WINDOW0 + 2 * j + lead
+            if f[s] == 0:
+                s = SYM_ESC
+        sym[i] = s
+        n_sm += 1
+        if s == SYM_ESC:
+            n_esc += 1
+    # rANS, last symbol first; within a round lane K-1 first
+    k = _lanes(m)
+    x = np.full(k, RANS_L, np.int64)
+    rounds = (m + k - 1) // k
+    cnt = 0
+    for r in range(rounds - 1, -1, -1):
+        for lane in range(k - 1, -1, -1):
+            i = r * k + lane
+            if i >= m:
+                continue
+            s = sym[i]
+            fs = f[s]
+            xl = x[lane]
+            if xl >= (fs << _RENORM_SHIFT):
+                wbuf[cnt] = xl & 0xFFFF
+                cnt += 1
+                xl >>= 16
+            x[lane] = ((xl // fs) << PROB_BITS) + (xl % fs) + cum[s]
+    # header
+    _put16(out, 0, cb)
+    _put16(out, 2, ref & 0xFFFF)
+    out[4] = shift
+    out[5] = mode
+    _put16(out, 6, 0)
+    _put32(out, 8, n_sm)
+    _put32(out, 12, n_esc)
+    _put32(out, 16, cnt)
+    p = _HEAD
+    for b in range(nbitmap):
+        out[p + b] = bitmap[b]
+    p += nbitmap
+    for lane in range(k):
+        _put32(out, p, x[lane])
+        p += 4
+    for t in range(cnt):
+        _put16(out, p, wbuf[cnt - 1 - t])
+        p += 2
+    # residual plane: width M - shift = full byte planes + rem bits packed little-endian
+    width = M - shift
+    full = width // 8
+    rem = width % 8
+    plane_start = p
+    nbytes = _packed_nbytes(n_sm, width)
+    for t in range(nbytes):
+        out[plane_start + t] = 0
+    kk = 0
+    remstart = plane_start + full * n_sm
+    for i in range(m):
+        if sym[i] == SYM_ZERO:
+            continue
+        w = np.int64(vals[i])
+        res = (((w >> sign_shift) & 1) << (M - 1 - shift)) | ((w & lowmask) >> shift)
+        for b in range(full):
+            out[plane_start + b * n_sm + kk] = (res >> (8 * b)) & 0xFF
+        if rem:
+            bits = (res >> (8 * full)) & ((1 << rem) - 1)
+            bitpos = kk * rem
+            q = remstart + (bitpos >> 3)
+            o = bitpos & 7
+            out[q] |= (bits << o) & 0xFF
+            if o + rem > 8:
+                out[q + 1] |= bits >> (8 - o)
+        kk += 1
+    p = plane_start + nbytes
+    for i in range(m):
+        if sym[i] == SYM_ESC:
+            w = np.int64(vals[i])
+            _put16(out, p, (((w >> M) & emask) << 1) | ((w >> (M - 1)) & 1))
+            p += 2
+    return p
+
+
+@njit(cache=True)
+def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, out, best):
+    """Encode one chunk into ``best`` (size >= n*itemsize); return (kind, size)."""
+    first = w[0]
+    const = True
+    for i in range(1, n):
+        if w[i] != first:
+            const = False
+            break
+    if const:
+        v = np.int64(first)
+        for b in range(itemsize):
+            best[b] = (v >> (8 * b)) & 0xFF
+        return KIND_CONST, itemsize
+    sym = np.empty(n, np.uint8)
+    wbuf = np.empty(n, np.uint16)
+    vals = np.empty(n, w.dtype)
+    nobits = np.empty(0, np.uint8)
+    size = _code_values(w, n, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                        0, nobits, 0, out, sym, wbuf)
+    best_size = size
+    for t in range(size):
+        best[t] = out[t]
+    for mode in (_MODE_A, _MODE_B):
+        bs = 1 << mode
+        nb = (n + bs - 1) // bs
+        bitmap = np.zeros((nb + 7) // 8, np.uint8)
+        kept = 0
+        for blk in range(nb):
+            lo = blk * bs
+            hi = min(n, lo + bs)
+            allzero = True
+            for i in range(lo, hi):
+                if w[i] != 0:
+                    allzero = False
+                    break
+            if allzero:
+                bitmap[blk >> 3] |= 1 << (blk & 7)
+            else:
+                for i in range(lo, hi):
+                    vals[kept] = w[i]
+                    kept += 1
+        if 32 * (n - kept) < n or kept == 0:
+            continue
+        size = _code_values(vals, kept, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                            mode, bitmap, len(bitmap), out, sym, wbuf)
+        if size < best_size:
+            best_size = size
+            for t in range(size):
+                best[t] = out[t]
+    if best_size >= n * itemsize:
+        v = 0
+        for i in range(n):
+            v = np.int64(w[i])
+            for b in range(itemsize):
+                best[i * itemsize + b] = (v >> (8 * b)) & 0xFF
+        return KIND_RAW, n * itemsize
+    return KIND_CODED, best_size
+
+
+@njit(cache=True, parallel=True)
+def _encode_all(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                slots, kinds, sizes):
+    numel = len(words)
+    n_chunks = len(kinds)
+    for c in prange(n_chunks):
+        lo = c * chunk_size
+        n = min(chunk_size, numel - lo)
+        scratch = np.empty(8 * n + 512, np.uint8)      # candidates may exceed the raw size
+        stage = np.empty(8 * n + 512, np.uint8)
+        best = slots[lo * itemsize:(lo + n) * itemsize]
+        kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                                   zero_thresholds, scratch, stage)
+        for t in range(size):
+            best[t] = stage[t]
+        kinds[c] = kind
+        sizes[c] = size
+
+
+def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list]:
+    """Same contract and bytes as :func:`reference.encode_chunks`."""
+    fam = load_family()
+    numel = len(words)
+    n_chunks = -(-numel // chunk_size)
+    kinds = np.zeros(n_chunks, np.uint8)
+    sizes = np.zeros(n_chunks, np.int64)
+    if n_chunks == 0:
+        return kinds, []
+    slots = np.empty(numel * lay.itemsize, np.uint8)
+    w = np.ascontiguousarray(words)
+    _encode_all(w, chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
+                fam.freqs.astype(np.int64), fam.mean_offsets.astype(np.int64), fam.variances.astype(np.int64),
+                fam.zero_thresholds.astype(np.int64), slots, kinds, sizes)
+    base = np.arange(n_chunks, dtype=np.int64) * chunk_size * lay.itemsize
+    mv = memoryview(slots)
+    return kinds, [mv[b:b + s] for b, s in zip(base.tolist(), sizes.tolist())]
+
+
+@njit(cache=True)
+def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
+    """Decode coded payload ``buf[a:b]`` of ``n`` values into ``out[:n]``; return an error code (0 = ok)."""
+    if b - a < _HEAD:
+        return 1
+    cb = _get16(buf, a)
+    ref = _get16(buf, a + 2)
+    if ref >= 32768:
+        ref -= 65536
+    shift = np.int64(buf[a + 4])
+    mode = np.int64(buf[a + 5])
+    reserved = _get16(buf, a + 6)
+    n_sm = _get32(buf, a + 8)
+    n_esc = _get32(buf, a + 12)
+    n_words = _get32(buf, a + 16)
+    if reserved != 0 or (mode != 0 and mode != _MODE_A and mode != _MODE_B):
+        return 2
+    if shift > M - 1:
+        return 3
+    if cb >= freqs.shape[0]:
+        return 4
+    p = a + _HEAD
+    n_coded = n
+    nbm = 0
+    bs = 1
+    if mode != 0:
+        bs = 1 << mode
+        nb = (n + bs - 1) // bs
+        nbm = (nb + 7) // 8
+        if b - p < nbm:
+            return 5
+        n_coded = 0
+        for blk in range(nb):
+            if not (buf[p + (blk >> 3)] >> (blk & 7)) & 1:
+                n_coded += min(n, (blk + 1) * bs) - blk * bs
+        if n_coded == 0:
+            return 6
+    bitmap_at = p
+    p += nbm
+    if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
+        return 7
+    k = _lanes(n_coded)
+    width = M - shift
+    plane = _packed_nbytes(n_sm, width)
+    if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
+        return 8
+    f = np.empty(N_SYMBOLS, np.int64)
+    cum = np.empty(N_SYMBOLS + 1, np.int64)
+    _tables(freqs, cb, ref, E, has_inf, f, cum)
+    slot_sym = np.empty(TOTAL, np.uint8)
+    for s in range(N_SYMBOLS):
+        for t in range(cum[s], cum[s + 1]):
+            slot_sym[t] = s
+    x = np.empty(k, np.int64)
+    for lane in range(k):
+        x[lane] = _get32(buf, p + 4 * lane)
+    wp = p + 4 * k
+    wend = wp + 2 * n_words
+    plane_at = wend
+    esc_at = plane_at + plane
+    full = width // 8
+    rem = width % 8
+    remstart = plane_at + full * n_sm
+    top = (1 << E) - 1
+    lowmask = (1 << (M - 1 - shift)) - 1
+    kk = 0
+    ke = 0
+    # map coded index -> output index through the zero-block bitmap
+    blk = 0
+    pos_in_blk = 0
+    oi = 0
+    if mode != 0:
+        while (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
+            for t in range(blk * bs, min(n, (blk + 1) * bs)):
+                out[t] = 0
+            blk += 1
+        oi = blk * bs
+    rounds = (n_coded + k - 1) // k
+    for r in range(rounds):
+        for lane in range(k):
+            i = r * k + lane
+            if i >= n_coded:
+                break
+            xl = x[lane]
+            slot = xl & _MASK
+            s = slot_sym[slot]
+            xl = f[s] * (xl >> PROB_BITS) + slot - cum[s]
+            if xl < RANS_L:
+                if wp >= wend:
+                    return 9
+                xl = (xl << 16) | _get16(buf, wp)
+                wp += 2
+            x[lane] = xl
+            if s == SYM_ZERO:
+                v = 0
+            else:
+                if s == SYM_ESC:
+                    if ke >= n_esc:
+                        return 11
+                    ev = _get16(buf, esc_at + 2 * ke)
+                    ke += 1
+                    e = ev >> 1
+                    lead = ev & 1
+                else:
+                    e = (s - SYM_WINDOW0) // 2 + ref - WINDOW_LOW
+                    lead = (s - SYM_WINDOW0) & 1
+                if e < 0 or e > top:
+                    return 12
+                if kk >= n_sm:
+                    return 11
+                res = 0
+                for bb in range(full):
+                    res |= np.int64(buf[plane_at + bb * n_sm + kk]) << (8 * bb)
+                if rem:
+                    bitpos = kk * rem
+                    q = remstart + (bitpos >> 3)
+                    o = bitpos & 7
+                    word = np.int64(buf[q])
+                    if o + rem > 8:
+                        word |= np.int64(buf[q + 1]) << 8
+                    res |= ((word >> o) & ((1 << rem) - 1)) << (8 * full)
+                kk += 1
+                sign = res >> (M - 1 - shift)
+                v = (sign << (E + M)) | (e << M) | (lead << (M - 1)) | ((res & lowmask) << shift)
+            out[oi] = v
+            oi += 1
+            if mode != 0:
+                pos_in_blk += 1
+                if pos_in_blk == bs:
+                    pos_in_blk = 0
+                    blk += 1
+                    while blk * bs < n and (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
+                        for t in range(blk * bs, min(n, (blk + 1) * bs)):
+                            out[t] = 0
+                        blk += 1
+                    oi = blk * bs
+    if wp != wend:
+        return 10
+    for lane in range(k):
+        if x[lane] != RANS_L:
+            return 10
+    if kk != n_sm or ke != n_esc:
+        return 11
+    # trailing zero blocks after the last coded value
+    if mode != 0:
+        while blk * bs < n:
+            if (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
+                for t in range(blk * bs, min(n, (blk + 1) * bs)):
+                    out[t] = 0
+            blk += 1
+    return 0
+
+
+@njit(cache=True, parallel=True)
+def _decode_all(buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out, errors):
+    for j in prange(len(kinds)):
+        c = first + j
+        lo = c * chunk_size
+        n = min(chunk_size, numel - lo)
+        dst = out[(c - first) * chunk_size:(c - first) * chunk_size + n]
+        a = starts[j]
+        b = ends[j]
+        kind = kinds[j]
+        if kind == KIND_RAW:
+            for i in range(n):
+                v = 0
+                for bb in range(itemsize):
+                    v |= np.int64(buf[a + i * itemsize + bb]) << (8 * bb)
+                dst[i] = v
+        elif kind == KIND_CONST:
+            v = 0
+            for bb in range(itemsize):
+                v |= np.int64(buf[a + bb]) << (8 * bb)
+            for i in range(n):
+                dst[i] = v
+        else:
+            errors[j] = _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, dst)
+
+
+def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
+    """Same contract as :func:`reference.decode_chunks`; raises the same :class:`FormatError`."""
+    if not len(chunks):
+        return
+    fam = load_family()
+    lay = h.layout
+    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    sel = slice(chunks.start, chunks.stop)
+    ends = h.ends[sel] + h.payload_start
+    starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
+    errors = np.zeros(len(chunks), np.int64)
+    _decode_all(mv, starts.astype(np.int64), ends.astype(np.int64), np.ascontiguousarray(h.kinds[sel]),
+                chunks.start, h.chunk_size, h.numel, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
+                _freqs64(), out, errors)
+    bad = np.flatnonzero(errors)
+    if len(bad):
+        j = int(bad[0])
+        raise FormatError(f"chunk {chunks.start + j}: {_ERRORS[int(errors[j])]}")
+
+
+_FREQS64 = None
+
+
+def _freqs64():
+    global _FREQS64
+    if _FREQS64 is None:
+        _FREQS64 = load_family().freqs.astype(np.int64)
+    return _FREQS64
