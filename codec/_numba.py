@@ -221,24 +221,31 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
         n_sm += 1
         if s == SYM_ESC:
             n_esc += 1
-    # rANS, last symbol first; within a round lane K-1 first
+    # rANS, last symbol first; within a round lane K-1 first.  x // f via a double
+    # reciprocal: x < 2^32 and f <= 4096, so x * (1/f) is within 2^-19 of the true quotient
+    # and floor(x * (1/f) + 2^-14) is exact (a non-integer quotient is >= 2^-12 below the next integer).
+    inv = np.empty(N_SYMBOLS, np.float64)
+    xmax = np.empty(N_SYMBOLS, np.int64)
+    for t in range(N_SYMBOLS):
+        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+        xmax[t] = f[t] << _RENORM_SHIFT
     k = _lanes(m)
     x = np.full(k, RANS_L, np.int64)
     rounds = (m + k - 1) // k
     cnt = 0
+    last = m - (rounds - 1) * k            # lanes active in the last round
     for r in range(rounds - 1, -1, -1):
-        for lane in range(k - 1, -1, -1):
-            i = r * k + lane
-            if i >= m:
-                continue
-            s = sym[i]
-            fs = f[s]
+        top_lane = last - 1 if r == rounds - 1 else k - 1
+        base = r * k
+        for lane in range(top_lane, -1, -1):
+            s = sym[base + lane]
             xl = x[lane]
-            if xl >= (fs << _RENORM_SHIFT):
+            if xl >= xmax[s]:
                 wbuf[cnt] = xl & 0xFFFF
                 cnt += 1
                 xl >>= 16
-            x[lane] = ((xl // fs) << PROB_BITS) + (xl % fs) + cum[s]
+            q = np.int64(xl * inv[s] + 6.103515625e-05)
+            x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
     # header
     _put16(out, 0, cb)
     _put16(out, 2, ref & 0xFFFF)
@@ -264,10 +271,12 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     rem = width % 8
     plane_start = p
     nbytes = _packed_nbytes(n_sm, width)
-    for t in range(nbytes):
-        out[plane_start + t] = 0
     kk = 0
     remstart = plane_start + full * n_sm
+    acc = 0            # little-endian bit accumulator of the packed remainder bits
+    nacc = 0
+    q = remstart
+    remmask = (1 << rem) - 1
     for i in range(m):
         if sym[i] == SYM_ZERO:
             continue
@@ -275,15 +284,17 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
         res = (((w >> sign_shift) & 1) << (M - 1 - shift)) | ((w & lowmask) >> shift)
         for b in range(full):
             out[plane_start + b * n_sm + kk] = (res >> (8 * b)) & 0xFF
-        if rem:
-            bits = (res >> (8 * full)) & ((1 << rem) - 1)
-            bitpos = kk * rem
-            q = remstart + (bitpos >> 3)
-            o = bitpos & 7
-            out[q] |= (bits << o) & 0xFF
-            if o + rem > 8:
-                out[q + 1] |= bits >> (8 - o)
         kk += 1
+        if rem:
+            acc |= ((res >> (8 * full)) & remmask) << nacc
+            nacc += rem
+            while nacc >= 8:
+                out[q] = acc & 0xFF
+                q += 1
+                acc >>= 8
+                nacc -= 8
+    if nacc > 0:
+        out[q] = acc & 0xFF
     p = plane_start + nbytes
     for i in range(m):
         if sym[i] == SYM_ESC:
@@ -440,106 +451,112 @@ def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
-    slot_sym = np.empty(TOTAL, np.uint8)
-    for s in range(N_SYMBOLS):
-        for t in range(cum[s], cum[s + 1]):
-            slot_sym[t] = s
+    # one lookup per symbol: slot -> sym | (slot - cum[sym]) << 8 | freq[sym] << 20
+    slot_entry = np.empty(TOTAL, np.int64)
+    for sy in range(N_SYMBOLS):
+        for t in range(cum[sy], cum[sy + 1]):
+            slot_entry[t] = sy | ((t - cum[sy]) << 8) | (f[sy] << 20)
     x = np.empty(k, np.int64)
     for lane in range(k):
         x[lane] = _get32(buf, p + 4 * lane)
     wp = p + 4 * k
     wend = wp + 2 * n_words
-    plane_at = wend
-    esc_at = plane_at + plane
-    full = width // 8
-    rem = width % 8
-    remstart = plane_at + full * n_sm
-    top = (1 << E) - 1
-    lowmask = (1 << (M - 1 - shift)) - 1
-    kk = 0
-    ke = 0
-    # map coded index -> output index through the zero-block bitmap
-    blk = 0
-    pos_in_blk = 0
-    oi = 0
-    if mode != 0:
-        while (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
-            for t in range(blk * bs, min(n, (blk + 1) * bs)):
-                out[t] = 0
-            blk += 1
-        oi = blk * bs
+    # pass 1: symbols
+    sym = np.empty(n_coded, np.uint8)
     rounds = (n_coded + k - 1) // k
+    last = n_coded - (rounds - 1) * k
     for r in range(rounds):
-        for lane in range(k):
-            i = r * k + lane
-            if i >= n_coded:
-                break
+        active = k if r < rounds - 1 else last
+        base = r * k
+        for lane in range(active):
             xl = x[lane]
-            slot = xl & _MASK
-            s = slot_sym[slot]
-            xl = f[s] * (xl >> PROB_BITS) + slot - cum[s]
+            ent = slot_entry[xl & _MASK]
+            xl = (ent >> 20) * (xl >> PROB_BITS) + ((ent >> 8) & 0xFFF)
             if xl < RANS_L:
                 if wp >= wend:
                     return 9
-                xl = (xl << 16) | _get16(buf, wp)
+                xl = (xl << 16) | np.int64(buf[wp]) | (np.int64(buf[wp + 1]) << 8)
                 wp += 2
             x[lane] = xl
-            if s == SYM_ZERO:
-                v = 0
-            else:
-                if s == SYM_ESC:
-                    if ke >= n_esc:
-                        return 11
-                    ev = _get16(buf, esc_at + 2 * ke)
-                    ke += 1
-                    e = ev >> 1
-                    lead = ev & 1
-                else:
-                    e = (s - SYM_WINDOW0) // 2 + ref - WINDOW_LOW
-                    lead = (s - SYM_WINDOW0) & 1
-                if e < 0 or e > top:
-                    return 12
-                if kk >= n_sm:
-                    return 11
-                res = 0
-                for bb in range(full):
-                    res |= np.int64(buf[plane_at + bb * n_sm + kk]) << (8 * bb)
-                if rem:
-                    bitpos = kk * rem
-                    q = remstart + (bitpos >> 3)
-                    o = bitpos & 7
-                    word = np.int64(buf[q])
-                    if o + rem > 8:
-                        word |= np.int64(buf[q + 1]) << 8
-                    res |= ((word >> o) & ((1 << rem) - 1)) << (8 * full)
-                kk += 1
-                sign = res >> (M - 1 - shift)
-                v = (sign << (E + M)) | (e << M) | (lead << (M - 1)) | ((res & lowmask) << shift)
-            out[oi] = v
-            oi += 1
-            if mode != 0:
-                pos_in_blk += 1
-                if pos_in_blk == bs:
-                    pos_in_blk = 0
-                    blk += 1
-                    while blk * bs < n and (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
-                        for t in range(blk * bs, min(n, (blk + 1) * bs)):
-                            out[t] = 0
-                        blk += 1
-                    oi = blk * bs
+            sym[base + lane] = ent & 0xFF
     if wp != wend:
         return 10
     for lane in range(k):
         if x[lane] != RANS_L:
             return 10
-    if kk != n_sm or ke != n_esc:
-        return 11
-    # trailing zero blocks after the last coded value
-    if mode != 0:
-        while blk * bs < n:
-            if (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
+    # pass 2: words.  hi[s] = exponent and leading bit of window symbol s (-1: field out of range)
+    top = (1 << E) - 1
+    hi = np.full(N_SYMBOLS, -1, np.int64)
+    for sy in range(SYM_WINDOW0, N_SYMBOLS):
+        e = (sy - SYM_WINDOW0) // 2 + ref - WINDOW_LOW
+        if 0 <= e <= top:
+            hi[sy] = (e << M) | (((sy - SYM_WINDOW0) & 1) << (M - 1))
+    plane_at = wend
+    esc_at = plane_at + plane
+    full = width // 8
+    rem = width % 8
+    remmask = (1 << rem) - 1
+    q = plane_at + full * n_sm
+    qend = plane_at + plane
+    acc = 0
+    nacc = 0
+    sign_shift_res = M - 1 - shift
+    lowmask = (1 << sign_shift_res) - 1
+    sign_shift = E + M
+    kk = 0
+    ke = 0
+    blk = 0
+    oi = 0
+    for i in range(n_coded):
+        if mode != 0 and (oi == 0 or oi % bs == 0):
+            # entering a new block: skip (and zero) the all-zero blocks
+            blk = oi // bs
+            while (buf[bitmap_at + (blk >> 3)] >> (blk & 7)) & 1:
                 for t in range(blk * bs, min(n, (blk + 1) * bs)):
                     out[t] = 0
+                blk += 1
+            oi = blk * bs
+        sy = sym[i]
+        if sy == SYM_ZERO:
+            out[oi] = 0
+            oi += 1
+            continue
+        if kk >= n_sm:
+            return 11
+        if sy == SYM_ESC:
+            if ke >= n_esc:
+                return 11
+            ev = _get16(buf, esc_at + 2 * ke)
+            ke += 1
+            e = ev >> 1
+            if e > top:
+                return 12
+            h = (e << M) | ((ev & 1) << (M - 1))
+        else:
+            h = hi[sy]
+            if h < 0:
+                return 12
+        res = 0
+        for bb in range(full):
+            res |= np.int64(buf[plane_at + bb * n_sm + kk]) << (8 * bb)
+        if rem:
+            while nacc < rem and q < qend:
+                acc |= np.int64(buf[q]) << nacc
+                q += 1
+                nacc += 8
+            res |= (acc & remmask) << (8 * full)
+            acc >>= rem
+            nacc -= rem
+        kk += 1
+        out[oi] = ((res >> sign_shift_res) << sign_shift) | h | ((res & lowmask) << shift)
+        oi += 1
+    if kk != n_sm or ke != n_esc:
+        return 11
+    if mode != 0:
+        blk = (oi + bs - 1) // bs
+        while blk * bs < n:
+            for t in range(blk * bs, min(n, (blk + 1) * bs)):
+                out[t] = 0
             blk += 1
     return 0
 
