@@ -511,6 +511,8 @@ def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
     sign_shift_res = M - 1 - shift
     lowmask = (1 << sign_shift_res) - 1
     sign_shift = E + M
+    if mode == 0 and n_sm == n_coded:
+        return _values_dense(buf, sym, n_coded, plane_at, esc_at, n_sm, n_esc, E, M, shift, hi, out)
     kk = 0
     ke = 0
     blk = 0
@@ -572,6 +574,58 @@ def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
             for t in range(blk * bs, min(n, (blk + 1) * bs)):
                 out[t] = 0
             blk += 1
+    return 0
+
+
+@njit(cache=True)
+def _values_dense(buf, sym, n, plane_at, esc_at, n_sm, n_esc, E, M, shift, hi, out):
+    """Pass 2 for the common chunk: no ZERO symbols and no zero blocks (value i = residual i)."""
+    width = M - shift
+    full = width // 8
+    rem = width % 8
+    remmask = (1 << rem) - 1
+    q = plane_at + full * n_sm
+    qend = plane_at + _packed_nbytes(n_sm, width)
+    acc = 0
+    nacc = 0
+    ssr = M - 1 - shift
+    lowmask = (1 << ssr) - 1
+    ss = E + M
+    top = (1 << E) - 1
+    ke = 0
+    for i in range(n):
+        sy = sym[i]
+        h = hi[sy]
+        if sy == SYM_ESC:
+            if ke >= n_esc:
+                return 11
+            ev = _get16(buf, esc_at + 2 * ke)
+            ke += 1
+            if (ev >> 1) > top:
+                return 12
+            h = ((ev >> 1) << M) | ((ev & 1) << (M - 1))
+        elif h < 0:
+            return 12
+        res = 0
+        for bb in range(full):
+            res |= np.int64(buf[plane_at + bb * n_sm + i]) << (8 * bb)
+        if rem:
+            if nacc < rem:
+                if q + 4 <= qend:
+                    acc |= _get32(buf, q) << nacc
+                    q += 4
+                    nacc += 32
+                else:
+                    while nacc < rem and q < qend:
+                        acc |= np.int64(buf[q]) << nacc
+                        q += 1
+                        nacc += 8
+            res |= (acc & remmask) << (8 * full)
+            acc >>= rem
+            nacc -= rem
+        out[i] = ((res >> ssr) << ss) | h | ((res & lowmask) << shift)
+    if ke != n_esc:
+        return 11
     return 0
 
 
