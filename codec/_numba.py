@@ -368,7 +368,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
     return KIND_CODED, best_size
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _encode_all(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
                 slots, kinds, sizes):
     numel = len(words)
@@ -629,7 +629,7 @@ def _values_dense(buf, sym, n, plane_at, esc_at, n_sm, n_esc, E, M, shift, hi, o
     return 0
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _decode_all(buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out, errors):
     for j in prange(len(kinds)):
         c = first + j
