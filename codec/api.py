@@ -12,6 +12,13 @@ from .layouts import FloatLayout, layout_for
 from .model import SHAPES
 
 DEFAULT_CHUNK_SIZE = 1 << 16   # values per chunk: ~0.2% overhead (32 rANS states + 25 B) on bf16 Gaussians
+# float32 chunks are smaller: finer dropping of all-zero low mantissa bits (weights up-cast from
+# 16-bit formats) outweighs the overhead.  MiniLM fp32 weights: 1.2219 at 16K, 1.2174 at 64K values.
+DEFAULT_CHUNK_SIZE_F32 = 1 << 14
+
+
+def default_chunk_size(lay: FloatLayout) -> int:
+    return DEFAULT_CHUNK_SIZE_F32 if lay.itemsize == 4 else DEFAULT_CHUNK_SIZE
 BACKENDS = ("numba", "reference")
 
 
@@ -51,18 +58,20 @@ def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
     return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
 
 
-def encode(x, *, chunk_size: int = DEFAULT_CHUNK_SIZE, checksum: bool = False, backend: str = "auto") -> bytes:
+def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto") -> bytes:
     """Compress a float tensor losslessly.
 
     x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
     bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
-    chunk_size: values per independently decodable chunk, 1..2**20.
+    chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
     checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
     Returns the stream as ``bytes`` (format: :mod:`codec.format`).  ``x`` is never modified.
     """
+    words, lay, shape, from_torch = _as_words(x)
+    if chunk_size is None:
+        chunk_size = default_chunk_size(lay)
     if not 1 <= chunk_size <= fmt.MAX_CHUNK_SIZE:
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
-    words, lay, shape, from_torch = _as_words(x)
     if len(shape) > fmt.MAX_NDIM:
         raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
     kinds, payloads = _backend(backend).encode_chunks(words, lay, chunk_size)

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
-from .api import DEFAULT_CHUNK_SIZE, decode as _decode, encode as _encode, inspect as _inspect_stream
+from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, decode as _decode, encode as _encode, inspect as _inspect_stream
 from .format import FormatError
 from .layouts import SUPPORTED, FloatLayout, layout_for
 from .stats import entropy_bound_bits
@@ -330,7 +330,7 @@ def _tmp_path(dst: str) -> str:
 
 
 def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format: str | None = None,
-                  chunk_size: int = DEFAULT_CHUNK_SIZE, checksum: bool = False, progress: bool = False) -> dict:
+                  chunk_size: int | None = None, checksum: bool = False, progress: bool = False) -> dict:
     """Compress ``src`` into the archive ``dst``; returns a summary dict (see :func:`main`)."""
     _check_paths(src, dst)
     forced = parse_dtype(dtype) if dtype is not None else None
@@ -801,8 +801,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    "for .npy: how to read 1- or 2-byte void data (default bfloat16 / float8_e4m3fn)")
     c.add_argument("--format", dest="input_format", choices=("safetensors", "npy", "raw"),
                    help="input kind (default: from the extension; raw if --dtype is given)")
-    c.add_argument("--chunk-size", type=_chunk_size, default=DEFAULT_CHUNK_SIZE, metavar="N",
-                   help=f"values per independently decodable chunk (default {DEFAULT_CHUNK_SIZE})")
+    c.add_argument("--chunk-size", type=_chunk_size, default=None, metavar="N",
+                   help=f"values per independently decodable chunk (default {DEFAULT_CHUNK_SIZE}, "
+                        f"{DEFAULT_CHUNK_SIZE_F32} for float32)")
     c.add_argument("--checksum", action="store_true", help="store CRC32C checksums in every tensor stream")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")

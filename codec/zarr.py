@@ -25,7 +25,7 @@ from numcodecs.compat import ensure_contiguous_ndarray, ensure_ndarray_like, nda
 from numcodecs.registry import register_codec
 
 from . import format as _fmt
-from .api import DEFAULT_CHUNK_SIZE, decode as _decode, encode as _encode
+from .api import decode as _decode, encode as _encode
 
 __all__ = ["ZipCCL"]
 
@@ -33,20 +33,22 @@ __all__ = ["ZipCCL"]
 class ZipCCL(Codec):
     """Lossless float compression (zipccl) as a numcodecs codec.
 
-    chunk_size: values per independently decodable chunk of the stream, 1..2**20.
+    chunk_size: values per independently decodable chunk of the stream, 1..2**20 (None: the codec's
+        per-dtype default).
     checksum: store CRC32C checksums (decode then detects any corruption).
     """
 
     codec_id = "zipccl"
 
-    def __init__(self, *, chunk_size: int = DEFAULT_CHUNK_SIZE, checksum: bool = False):
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
-            raise TypeError(f"chunk_size must be an integer, got {chunk_size!r}")
-        if not 1 <= int(chunk_size) <= _fmt.MAX_CHUNK_SIZE:
-            raise ValueError(f"chunk_size must be in [1, {_fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
+    def __init__(self, *, chunk_size: int | None = None, checksum: bool = False):
+        if chunk_size is not None:
+            if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)):
+                raise TypeError(f"chunk_size must be an integer or None, got {chunk_size!r}")
+            if not 1 <= int(chunk_size) <= _fmt.MAX_CHUNK_SIZE:
+                raise ValueError(f"chunk_size must be in [1, {_fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
         if not isinstance(checksum, (bool, np.bool_)):
             raise TypeError(f"checksum must be a bool, got {checksum!r}")
-        self.chunk_size = int(chunk_size)
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.checksum = bool(checksum)
 
     def encode(self, buf) -> bytes:
