@@ -19,7 +19,7 @@ DEFAULT_CHUNK_SIZE_F32 = 1 << 14
 
 def default_chunk_size(lay: FloatLayout) -> int:
     return DEFAULT_CHUNK_SIZE_F32 if lay.itemsize == 4 else DEFAULT_CHUNK_SIZE
-BACKENDS = ("numba", "reference")
+BACKENDS = ("numba", "reference", "triton")
 
 
 def _backend(name: str):
@@ -32,6 +32,10 @@ def _backend(name: str):
         import reference
 
         return reference
+    if name == "triton":
+        from codegen import triton_backend
+
+        return triton_backend
     raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
 
 

@@ -1,0 +1,100 @@
+"""Render the kernel templates for one target and keep them in a versioned cache.
+
+A target is ``(dialect, dtype, arch)``.  Templates (``codegen/templates``) hold the kernel
+logic; rendering only injects constants (exponent/mantissa widths, table sizes, symbol ids).
+Each rendered file is named ``{dialect}_decode_{dtype}[_{arch}]_{hash}`` where the hash covers
+(package version, format version, codebook family version, dtype, arch, template text), is
+written only if it changed, under an exclusive file lock, in
+``$ZIPCCL_CODEGEN_CACHE`` (default ``~/.cache/zipccl/codegen``).  With
+``ZIPCCL_CODEGEN_OFFLINE=1`` nothing is generated at run time: pre-generated files must be in
+the cache (air-gapped deployments ship them).
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+import codec
+from codec import codebook as cbk
+from codec import format as fmt
+from codec.layouts import LAYOUTS, layout_for
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DIALECTS = ("triton", "cuda")
+ARCHS = ("sm_80", "sm_90", "sm_100")
+DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32": "float32", "fp32": "float32",
+                 "e4m3": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
+                 "fp8_e5m2": "float8_e5m2"}
+_EXT = {"triton": ".py", "cuda": ".cu"}
+_UINT = {1: "uint8", 2: "uint16", 4: "uint32"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ZIPCCL_CODEGEN_CACHE", Path.home() / ".cache" / "zipccl" / "codegen"))
+
+
+def constants(dtype: str) -> dict:
+    """The values injected into the templates for ``dtype``."""
+    lay = layout_for(DTYPE_ALIASES.get(dtype, dtype))
+    return {
+        "dtype": lay.name, "E": lay.exp_bits, "M": lay.man_bits, "TOP": (1 << lay.exp_bits) - 1,
+        "BITS": 8 * lay.itemsize, "OUT_T": _UINT[lay.itemsize], "MAX_FULL": max(1, lay.man_bits // 8),
+        "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
+        "N_SYMBOLS": cbk.N_SYMBOLS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
+        "N_META": 14, "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION,
+    }
+
+
+def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]:
+    """``(file name, source)`` of one target."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}; one of {DIALECTS}")
+    if dialect == "cuda" and arch not in ARCHS:
+        raise ValueError(f"CUDA needs an arch, one of {ARCHS}")
+    template = (TEMPLATES / f"{dialect}_decode{_EXT[dialect]}.tmpl").read_text()
+    consts = constants(dtype)
+    ident = "|".join([codec.__version__, str(consts), arch or "", template])
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
+    name = f"{dialect}_decode_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
+    source = template.format(key=name, **consts)
+    return name + _EXT[dialect], source
+
+
+def generate(dialect: str, dtype: str, arch: str | None = None, out_dir: Path | None = None) -> Path:
+    """Write one target's source into ``out_dir`` (default: the cache) if it is not there already."""
+    name, source = render(dialect, dtype, arch)
+    out_dir = Path(out_dir) if out_dir is not None else cache_dir()
+    path = out_dir / name
+    if os.environ.get("ZIPCCL_CODEGEN_OFFLINE") == "1" and out_dir == cache_dir():
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is not pre-generated and ZIPCCL_CODEGEN_OFFLINE=1 forbids generating it")
+        return path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists() or path.read_text() != source:
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(source)
+            tmp.replace(path)
+    return path
+
+
+def all_targets():
+    for lay in LAYOUTS:
+        yield "triton", lay.name, None
+        for arch in ARCHS:
+            yield "cuda", lay.name, arch
+
+
+@functools.cache
+def load_triton(dtype: str):
+    """The generated Triton module for ``dtype`` (imported once per process)."""
+    path = generate("triton", dtype)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
