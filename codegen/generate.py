@@ -31,6 +31,7 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32":
                  "fp8_e5m2": "float8_e5m2"}
 _EXT = {"triton": ".py", "cuda": ".cu"}
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32"}
+_CUDA_UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
 def cache_dir() -> Path:
@@ -42,7 +43,8 @@ def constants(dtype: str) -> dict:
     lay = layout_for(DTYPE_ALIASES.get(dtype, dtype))
     return {
         "dtype": lay.name, "E": lay.exp_bits, "M": lay.man_bits, "TOP": (1 << lay.exp_bits) - 1,
-        "BITS": 8 * lay.itemsize, "OUT_T": _UINT[lay.itemsize], "MAX_FULL": max(1, lay.man_bits // 8),
+        "BITS": 8 * lay.itemsize, "OUT_T": _UINT[lay.itemsize], "CUDA_OUT_T": _CUDA_UINT[lay.itemsize],
+        "MAX_FULL": max(1, lay.man_bits // 8),
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
         "N_SYMBOLS": cbk.N_SYMBOLS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
         "N_META": 14, "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION,
@@ -60,7 +62,7 @@ def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]
     ident = "|".join([codec.__version__, str(consts), arch or "", template])
     digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
     name = f"{dialect}_decode_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
-    source = template.format(key=name, **consts)
+    source = template.format(key=name, arch=arch or "any arch", **consts)
     return name + _EXT[dialect], source
 
 
@@ -98,3 +100,38 @@ def load_triton(dtype: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
+    """Compile the generated CUDA decoder with NVRTC (no GPU needed); returns PTX or a cubin."""
+    from cuda.bindings import nvrtc
+
+    path = generate("cuda", dtype, arch)
+    src = path.read_bytes()
+
+    def check(result, what):
+        err = result[0]
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"{what}: {err}")
+        return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
+
+    prog = check(nvrtc.nvrtcCreateProgram(src, path.name.encode(), 0, [], []), "nvrtcCreateProgram")
+    opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
+    if output == "ptx":
+        opts[0] = f"--gpu-architecture=compute_{arch[3:]}".encode()
+    result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        size = check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        raise RuntimeError(f"NVRTC failed for {path.name}:\n{log.decode(errors='replace')}")
+    if output == "ptx":
+        size = check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
+        data = b" " * size
+        check(nvrtc.nvrtcGetPTX(prog, data), "ptx")
+    else:
+        size = check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        data = b" " * size
+        check(nvrtc.nvrtcGetCUBIN(prog, data), "cubin")
+    nvrtc.nvrtcDestroyProgram(prog)
+    return data
