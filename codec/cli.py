@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import math
 import mmap
@@ -340,7 +341,6 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
     if kind == KIND_SAFETENSORS and forced is not None:
         raise UsageError("--dtype does not apply to safetensors files (their header names the dtypes)")
     size = os.path.getsize(src)
-    tmp = _tmp_path(dst)
     stats = {"input": src, "output": dst, "kind": KIND_NAMES[kind], "original_nbytes": size, "tensors": []}
     with open(src, "rb") as f:
         if kind == KIND_SAFETENSORS:
@@ -351,7 +351,7 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
             meta, pieces = _plan_raw(size, forced)
         bar = _progress(size, os.path.basename(src), progress)
         try:
-            with open(tmp, "wb") as out:
+            with _atomic_write(dst) as out:
                 out.write(_HEAD.pack(ARCHIVE_MAGIC, ARCHIVE_VERSION, kind, 0, size, len(meta)))
                 out.write(meta)
                 out.write(_U32.pack(len(pieces)))
@@ -369,15 +369,25 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
                     raise AssertionError(f"internal error: entries cover {pos} of {size} bytes")
                 out.write(_U32.pack(crc))
                 stats["archive_nbytes"] = out.tell()
-            os.replace(tmp, dst)
-        except BaseException:
-            _unlink(tmp)
-            raise
         finally:
             if bar is not None:
                 bar.close()
     stats.update(_totals(stats["tensors"], size, stats["archive_nbytes"]))
     return stats
+
+
+@contextlib.contextmanager
+def _atomic_write(dst: str):
+    """A file object for a temporary file beside ``dst``, renamed over ``dst`` only if the block
+    succeeds (removed otherwise): a failure never leaves a partial output."""
+    tmp = _tmp_path(dst)
+    try:
+        with open(tmp, "wb") as out:
+            yield out
+        os.replace(tmp, dst)
+    except BaseException:
+        _unlink(tmp)
+        raise
 
 
 def _unlink(path: str) -> None:
@@ -556,16 +566,15 @@ def _stream_words(blob: memoryview, name: str) -> tuple[fmt.Header, np.ndarray]:
 def decompress_file(src: str, dst: str, *, progress: bool = False) -> dict:
     """Rebuild the original file from the archive ``src`` (or the raw words of a bare stream)."""
     _check_paths(src, dst)
-    tmp = _tmp_path(dst)
     with _Mapped(src) as m:
         mv = m.mv
         if bytes(mv[:4]) == fmt.MAGIC:
-            return _decompress_stream(mv, src, dst, tmp)
+            return _decompress_stream(mv, src, dst)
         kind, size, meta, entries, want_crc = _parse_archive(mv)
         archive_nbytes = len(mv)
         bar = _progress(size, os.path.basename(dst), progress)
         try:
-            with open(tmp, "wb") as out:
+            with _atomic_write(dst) as out:
                 prefix = meta if _META_IN_FILE[kind] else b""
                 out.write(prefix)
                 crc, written = _crc_update(prefix, 0), len(prefix)
@@ -596,10 +605,6 @@ def decompress_file(src: str, dst: str, *, progress: bool = False) -> dict:
                 if crc != want_crc:
                     raise FormatError(f"archive corrupted: CRC32C of the rebuilt file is {crc:#010x}, "
                                       f"the archive recorded {want_crc:#010x}")
-            os.replace(tmp, dst)
-        except BaseException:
-            _unlink(tmp)
-            raise
         finally:
             if bar is not None:
                 bar.close()
@@ -614,15 +619,10 @@ def _checked_header(blob, name: str) -> fmt.Header:
         raise FormatError(f"tensor {name!r}: {e}") from None
 
 
-def _decompress_stream(mv, src: str, dst: str, tmp: str) -> dict:
+def _decompress_stream(mv, src: str, dst: str) -> dict:
     h, words = _stream_words(mv, os.path.basename(src))
-    try:
-        with open(tmp, "wb") as out:
-            out.write(memoryview(words.view(np.uint8)))
-        os.replace(tmp, dst)
-    except BaseException:
-        _unlink(tmp)
-        raise
+    with _atomic_write(dst) as out:
+        out.write(memoryview(words.view(np.uint8)))
     return {"input": src, "output": dst, "kind": "stream", "original_nbytes": words.nbytes,
             "archive_nbytes": len(mv), "n_entries": 1, "dtype": h.layout.name, "shape": h.shape}
 
