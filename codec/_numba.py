@@ -546,7 +546,23 @@ def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
             h = hi[sy]
             if h < 0:
                 return 12
-        res, q, acc, nacc = _residual(buf, plane_at, n_sm, kk, full, rem, remmask, q, qend, acc, nacc)
+        res = 0
+        for bb in range(full):
+            res |= np.int64(buf[plane_at + bb * n_sm + kk]) << (8 * bb)
+        if rem:
+            if nacc < rem:                       # refill 4 bytes at a time (1 at the end of the plane)
+                if q + 4 <= qend:
+                    acc |= _get32(buf, q) << nacc
+                    q += 4
+                    nacc += 32
+                else:
+                    while nacc < rem and q < qend:
+                        acc |= np.int64(buf[q]) << nacc
+                        q += 1
+                        nacc += 8
+            res |= (acc & remmask) << (8 * full)
+            acc >>= rem
+            nacc -= rem
         kk += 1
         out[oi] = ((res >> sign_shift_res) << sign_shift) | h | ((res & lowmask) << shift)
         oi += 1
@@ -561,33 +577,13 @@ def _decode_chunk(buf, a, b, n, E, M, has_inf, freqs, out):
     return 0
 
 
-@njit(cache=True, inline="always")
-def _residual(buf, plane_at, n_sm, idx, full, rem, remmask, q, qend, acc, nacc):
-    """Residual ``idx`` of the plane: ``full`` byte planes, then ``rem`` bits from a little-endian bit
-    reader (state ``q``, ``acc``, ``nacc``; refilled 4 bytes at a time, bytewise at the plane's end)."""
-    res = 0
-    for bb in range(full):
-        res |= np.int64(buf[plane_at + bb * n_sm + idx]) << (8 * bb)
-    if rem:
-        if nacc < rem:
-            if q + 4 <= qend:
-                acc |= _get32(buf, q) << nacc
-                q += 4
-                nacc += 32
-            else:
-                while nacc < rem and q < qend:
-                    acc |= np.int64(buf[q]) << nacc
-                    q += 1
-                    nacc += 8
-        res |= (acc & remmask) << (8 * full)
-        acc >>= rem
-        nacc -= rem
-    return res, q, acc, nacc
-
-
 @njit(cache=True)
 def _values_dense(buf, sym, n, plane_at, esc_at, n_sm, n_esc, E, M, shift, hi, out):
-    """Pass 2 for the common chunk: no ZERO symbols and no zero blocks (value i = residual i)."""
+    """Pass 2 for the common chunk: no ZERO symbols and no zero blocks (value i = residual i).
+
+    The residual bit reader is written out here and in ``_decode_chunk`` on purpose: a shared
+    helper returning the reader state as a tuple made decoding 3.5x slower (4.9 -> 17 ns/value,
+    bf16, one thread, measured)."""
     width = M - shift
     full = width // 8
     rem = width % 8
@@ -614,7 +610,23 @@ def _values_dense(buf, sym, n, plane_at, esc_at, n_sm, n_esc, E, M, shift, hi, o
             h = ((ev >> 1) << M) | ((ev & 1) << (M - 1))
         elif h < 0:
             return 12
-        res, q, acc, nacc = _residual(buf, plane_at, n_sm, i, full, rem, remmask, q, qend, acc, nacc)
+        res = 0
+        for bb in range(full):
+            res |= np.int64(buf[plane_at + bb * n_sm + i]) << (8 * bb)
+        if rem:
+            if nacc < rem:
+                if q + 4 <= qend:
+                    acc |= _get32(buf, q) << nacc
+                    q += 4
+                    nacc += 32
+                else:
+                    while nacc < rem and q < qend:
+                        acc |= np.int64(buf[q]) << nacc
+                        q += 1
+                        nacc += 8
+            res |= (acc & remmask) << (8 * full)
+            acc >>= rem
+            nacc -= rem
         out[i] = ((res >> ssr) << ss) | h | ((res & lowmask) << shift)
     if ke != n_esc:
         return 11
