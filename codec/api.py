@@ -62,14 +62,18 @@ def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
     return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
 
 
-def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto") -> bytes:
+ENCODE_GROUP_BYTES = 16 << 20   # input encoded per backend call: bounds the scratch to 16 MiB
+
+
+def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto") -> bytearray:
     """Compress a float tensor losslessly.
 
     x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
     bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
     chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
     checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
-    Returns the stream as ``bytes`` (format: :mod:`codec.format`).  ``x`` is never modified.
+    Returns the stream (format: :mod:`codec.format`) as a ``bytearray``, built in place: peak
+    extra memory is about the output plus 16 MiB.  ``x`` is never modified.
     """
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
@@ -78,11 +82,24 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
     if len(shape) > fmt.MAX_NDIM:
         raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
-    kinds, payloads = _backend(backend).encode_chunks(words, lay, chunk_size)
+    impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
-    crcs = [fmt.crc32c(p) for p in payloads] if checksum else None
-    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, [len(p) for p in payloads], crcs)
-    return b"".join([head, *payloads])
+    n_chunks = -(-len(words) // chunk_size)
+    out = bytearray(fmt.header_nbytes(len(shape), n_chunks, checksum))    # header is filled in last
+    kinds, sizes, crcs = [], [], []
+    group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
+    for start in range(0, len(words), group):
+        k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
+        kinds.append(k)
+        for p in payloads:
+            sizes.append(len(p))
+            if checksum:
+                crcs.append(fmt.crc32c(p))
+            out += p
+    head = fmt.pack_header(lay, shape, chunk_size, flags, np.concatenate(kinds) if kinds else [], sizes,
+                           crcs if checksum else None)
+    out[:len(head)] = head
+    return out
 
 
 def _decode_words(buf, first: int | None, last: int | None, backend: str):

@@ -137,6 +137,11 @@ class Header:
         return self.payload_start + start, self.payload_start + int(self.ends[i])
 
 
+def header_nbytes(ndim: int, n_chunks: int, checksum: bool) -> int:
+    """Bytes before the first payload: header, shape and chunk table (and CRCs)."""
+    return _HEAD.size + 8 * ndim + 9 * n_chunks + (4 * n_chunks + 4 if checksum else 0)
+
+
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
                 family_version: int = 1) -> bytes:
     """Header and chunk table for payloads of the given ``sizes``."""

@@ -57,7 +57,7 @@ class ZipCCL(Codec):
             arr = np.asarray(arr)
         if arr.flags.f_contiguous and not arr.flags.c_contiguous:
             arr = arr.reshape(-1, order="A")          # memory order, as numcodecs codecs see a buffer
-        return _encode(arr, chunk_size=self.chunk_size, checksum=self.checksum)
+        return bytes(_encode(arr, chunk_size=self.chunk_size, checksum=self.checksum))   # immutable, as stores expect
 
     def decode(self, buf, out=None):
         src = ensure_contiguous_ndarray(buf)
