@@ -1,0 +1,191 @@
+"""Compressed collectives on real torch.distributed (gloo over loopback sockets), 2 and 4 ranks."""
+import os
+import socket
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, ws, port, case, results):
+    import datetime
+
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws,
+                                timeout=datetime.timedelta(seconds=60))
+        results.put((rank, CASES[case](rank, ws)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        results.put((rank, f"EXC {type(e).__name__}: {e}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _run(case, ws):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, ws, port, case, q)) for r in range(ws)]
+    for p in procs:
+        p.start()
+    out = dict(q.get(timeout=240) for _ in range(ws))
+    for p in procs:
+        p.join(60)
+    return out
+
+
+def _data(rank, n, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    x = torch.randn(n, generator=g) * 0.02
+    x[::7] = 0
+    return x.to(dtype)
+
+
+def _bits(t):
+    t = t.contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).tolist()
+
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn]
+
+
+def case_all(rank, ws):
+    """Every collective, compressed and not, must give identical bits."""
+    import collectives
+
+    out = {}
+    for dt in DTYPES:
+        for n in (0, 1, 1001, 70_000):
+            x = _data(rank, n, dt)
+            for compress in (True, False):
+                key = f"{dt}-{n}-{compress}"
+                gl = [torch.empty_like(x) for _ in range(ws)]
+                collectives.all_gather(gl, x, compress=compress)
+                b = x.clone() if rank == 1 else torch.zeros_like(x)
+                collectives.broadcast(b, 1, compress=compress)
+                ar = {}
+                for algo in ("ring", "gather"):
+                    if dt == torch.float8_e4m3fn:
+                        continue                       # torch has no fp8 addition
+                    t = x.clone()
+                    w = collectives.all_reduce(t, algorithm=algo, compress=compress, async_op=True)
+                    w.wait()
+                    ar[algo] = _bits(t)
+                rs = None
+                if dt != torch.float8_e4m3fn and n:
+                    inputs = [_data(rank, n // ws + 3, dt, seed=j + 1) for j in range(ws)]
+                    o = torch.empty(n // ws + 3, dtype=dt)
+                    collectives.reduce_scatter(o, inputs, compress=compress)
+                    rs = _bits(o)
+                splits_in = [(rank + j) % 3 for j in range(ws)]
+                src = _data(rank, sum(splits_in), dt, seed=9)
+                # rank r receives (j + r) % 3 rows from rank j... every rank's splits_in[j] goes to j
+                splits_out = [(j + rank) % 3 for j in range(ws)]
+                dst = torch.empty(sum(splits_out), dtype=dt)
+                collectives.all_to_all_single(dst, src, splits_out, splits_in, compress=compress)
+                out[key] = ([_bits(t) for t in gl], _bits(b), ar, rs, _bits(dst), _bits(x), _bits(src), splits_in)
+    return out
+
+
+def case_p2p(rank, ws):
+    import collectives
+
+    x = _data(rank, 5000, torch.bfloat16)
+    if rank == 0:
+        collectives.send(x, 1, checksum=True)
+        return None
+    y = torch.empty_like(x)
+    collectives.recv(y, 0, checksum=True)
+    return _bits(y) == _bits(_data(0, 5000, torch.bfloat16))
+
+
+def case_mismatch(rank, ws):
+    import collectives
+
+    x = torch.zeros(10 + (rank == ws - 1), dtype=torch.bfloat16)
+    try:
+        collectives.all_reduce(x)
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def case_corrupt(rank, ws):
+    import codec
+    import collectives
+
+    real = collectives._encode
+
+    def corrupting(t, compress, checksum):
+        p = real(t, compress, checksum).clone()
+        if rank == 0 and p.numel() > 100:
+            p[p.numel() // 2] ^= 0x40
+        return p
+
+    collectives._encode = corrupting
+    x = _data(rank, 3000, torch.bfloat16)
+    gl = [torch.empty_like(x) for _ in range(ws)]
+    try:
+        collectives.all_gather(gl, x, checksum=True)
+    except codec.FormatError as e:
+        return f"FormatError {e}"
+    return "no error"
+
+
+CASES = {"all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt}
+
+
+@pytest.mark.parametrize("ws", [2, 4])
+def test_collectives_bit_identical_to_uncompressed(ws):
+    res = _run("all", ws)
+    for rank, r in res.items():
+        assert not isinstance(r, str), r
+    keys = res[0].keys()
+    for key in keys:
+        if key.endswith("False"):
+            continue
+        plain = key[:-4] + "False"
+        for rank in range(ws):
+            gl, b, ar, rs, a2a, x, src, splits = res[rank][key]
+            assert (gl, b, ar, rs, a2a) == tuple(res[rank][plain][:5]), (key, rank)
+            assert gl == [res[j][key][5] for j in range(ws)]                    # all_gather is exact
+            assert b == res[1][key][5]                                          # broadcast from rank 1
+            assert ar["ring"] == res[0][key][2]["ring"] if ar else True         # all ranks agree
+        if key.startswith("torch.float32") and not key.startswith("torch.float32-0"):   # sums are right
+            n = int(key.split("-")[1])
+            true = sum(_data(j, n, torch.float32) for j in range(ws))
+            got = torch.tensor(res[0][key][2]["ring"], dtype=torch.int32).view(torch.float32)
+            assert torch.allclose(got, true, atol=1e-6), key
+        for rank in range(ws):                                                  # all_to_all routing
+            a2a = res[rank][key][4]
+            expect = []
+            for j in range(ws):
+                src_j, splits_j = res[j][key][6], res[j][key][7]
+                start = sum(splits_j[:rank])
+                expect += src_j[start:start + splits_j[rank]]
+            assert a2a == expect, (key, rank)
+
+
+def test_send_recv():
+    res = _run("p2p", 2)
+    assert res[1] is True, res
+
+
+def test_mismatched_shapes_name_the_ranks():
+    res = _run("mismatch", 4)
+    for r in res.values():
+        assert "ranks disagree" in r and "rank 3" in r, r
+
+
+def test_corrupted_frame_raises_with_checksum():
+    res = _run("corrupt", 2)
+    assert all(v.startswith("FormatError") for v in res.values()), res
