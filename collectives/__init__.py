@@ -29,7 +29,10 @@ import torch.distributed as dist
 import codec
 
 __all__ = ["all_gather", "broadcast", "send", "recv", "all_reduce", "reduce_scatter", "all_to_all_single",
-           "allreduce_hook", "Work"]
+           "allreduce_hook", "Work", "last_decision"]
+
+last_decision = None     # the strategy.Decision of the latest compress="auto" call (rank 0's, shared by all)
+_CHOICES = ("uncompressed", "compressed-ring", "compressed-gather")
 
 _MAX_DIMS = 8
 _queue_lock = threading.Lock()
@@ -144,11 +147,30 @@ def _gather_buffers(payload: torch.Tensor, group) -> list[torch.Tensor]:
     return [b[:int(s)] for b, s in zip(bufs, sizes)]
 
 
+def _auto(op: str, tensor, group):
+    """Rank 0 decides (collectives.strategy) and broadcasts the choice, so all ranks agree."""
+    global last_decision
+    from . import strategy
+
+    code = torch.zeros(1, dtype=torch.int64)
+    d = None
+    if dist.get_rank(group) == 0:
+        d = strategy.decide(op, tensor, dist.get_world_size(group))
+        code[0] = _CHOICES.index(d.choice)
+    dist.broadcast(code, _global(0, group), group=group)
+    choice = _CHOICES[int(code)]
+    last_decision = d if d is not None else strategy.Decision(op, choice)
+    return choice != "uncompressed", ("gather" if choice == "compressed-gather" else "ring")
+
+
 # ----------------------------------------------------------------------------- collectives
 def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True, checksum=False):
-    """``tensor_list[r]`` = rank r's ``tensor``."""
+    """``tensor_list[r]`` = rank r's ``tensor``.  ``compress="auto"``: let the cost model decide."""
     def op():
+        nonlocal compress
         _check_agree(tensor, group, "all_gather")
+        if compress == "auto":
+            compress, _ = _auto("all_gather", tensor, group)
         for out, buf in zip(tensor_list, _gather_buffers(_encode(tensor, compress, checksum), group)):
             _decode_into(buf, out, compress)
     return _run(op, async_op)
@@ -225,15 +247,19 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algorithm="auto", compress=True,
                checksum=False):
-    """In-place sum over ranks.  ``algorithm``: "ring", "gather" or "auto" (gather below 64K values)."""
+    """In-place sum over ranks.  ``algorithm``: "ring", "gather" or "auto" (gather below 64K values);
+    ``compress="auto"``: the cost model of :mod:`collectives.strategy` picks compression and algorithm."""
     if op != dist.ReduceOp.SUM:
         raise NotImplementedError("only ReduceOp.SUM is supported")
 
     def run():
+        nonlocal compress, algorithm
         _check_agree(tensor, group, "all_reduce")
         ws = dist.get_world_size(group)
         if ws == 1:
             return
+        if compress == "auto":
+            compress, algorithm = _auto("all_reduce", tensor, group)
         algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < (1 << 16) else "ring")
         flat = tensor.detach().contiguous().view(-1)
         if algo == "gather":

@@ -189,3 +189,15 @@ def test_mismatched_shapes_name_the_ranks():
 def test_corrupted_frame_raises_with_checksum():
     res = _run("corrupt", 2)
     assert all(v.startswith("FormatError") for v in res.values()), res
+
+
+def test_strategy_turns_compression_off_on_fast_links():
+    from collectives import strategy
+
+    x = (torch.randn(1 << 20) * 0.02).to(torch.bfloat16)
+    slow = strategy.decide("all_reduce", x, 4, link=strategy.Link(alpha=1e-4, beta=12.5e6))      # 100 Mbit/s
+    fast = strategy.decide("all_reduce", x, 4, link=strategy.Link(alpha=1e-5, beta=100e9))      # 100 GB/s
+    small = strategy.decide("all_gather", x[:64], 4, link=strategy.Link(alpha=1e-4, beta=12.5e6))
+    assert slow.choice.startswith("compressed") and fast.choice == "uncompressed"
+    assert small.choice == "uncompressed"                     # latency-bound: nothing to gain
+    assert set(slow.predicted_s) >= {"uncompressed", "compressed-ring"} and slow.ratio > 1.3

@@ -1,0 +1,147 @@
+"""Adaptive choice between uncompressed and compressed collectives (an alpha-beta cost model).
+
+Per call, predicted times for each candidate are computed from
+
+* the link: latency ``alpha`` (s) and bandwidth ``beta`` (bytes/s), measured by
+  :func:`calibrate` (a ping-pong between ranks 0 and 1) and cached as JSON
+  (``$ZIPCCL_LINK_CACHE``, default ``~/.cache/zipccl/link.json``);
+* the codec: encode/decode throughput of this process (measured once, on 4 MiB);
+* the ratio: of the first chunk of the actual tensor (one chunk is encoded to estimate it).
+
+and the cheapest candidate is taken.  Compression is off when it does not pay (fast links,
+small messages).  Every :class:`Decision` records what was chosen and the predicted times;
+``collectives`` logs it at DEBUG level on logger ``zipccl.collectives``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("zipccl.collectives")
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha: float            # seconds per message
+    beta: float             # bytes per second
+
+
+@dataclass
+class Decision:
+    op: str
+    choice: str                                     # "uncompressed", "compressed-ring", "compressed-gather"
+    predicted_s: dict = field(default_factory=dict)
+    ratio: float = 1.0
+
+
+def _cache_path() -> Path:
+    return Path(os.environ.get("ZIPCCL_LINK_CACHE", Path.home() / ".cache" / "zipccl" / "link.json"))
+
+
+def calibrate(group=None, *, sizes=(1 << 10, 1 << 22), reps: int = 3, save: bool = True) -> Link:
+    """Measure alpha/beta between ranks 0 and 1 of ``group`` (all ranks must call it)."""
+    import torch
+    import torch.distributed as dist
+
+    rank = dist.get_rank(group)
+    times = []
+    for n in sizes:
+        buf = torch.zeros(n, dtype=torch.uint8)
+        best = float("inf")
+        for _ in range(reps):
+            dist.barrier(group)
+            t = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1, group=group)
+                dist.recv(buf, 1, group=group)
+            elif rank == 1:
+                dist.recv(buf, 0, group=group)
+                dist.send(buf, 0, group=group)
+            best = min(best, (time.perf_counter() - t) / 2)
+        times.append(best)
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.broadcast(t, 0, group=group)
+    (t0, t1), (n0, n1) = t.tolist(), sizes
+    beta = (n1 - n0) / max(t1 - t0, 1e-9)
+    link = Link(alpha=max(t0 - n0 / beta, 1e-6), beta=beta)
+    if save and rank == 0:
+        p = _cache_path()
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"alpha": link.alpha, "beta": link.beta}))
+    return link
+
+
+def cached_link() -> Link | None:
+    try:
+        d = json.loads(_cache_path().read_text())
+        return Link(float(d["alpha"]), float(d["beta"]))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@functools.cache
+def codec_throughput() -> tuple[float, float]:
+    """(encode, decode) bytes of input per second of this process, measured once."""
+    import ml_dtypes
+    import numpy as np
+
+    import codec
+
+    x = np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16)
+    codec.decode(codec.encode(x[:1 << 16]))
+    t = time.perf_counter()
+    blob = codec.encode(x)
+    te = time.perf_counter() - t
+    t = time.perf_counter()
+    codec.decode(blob)
+    td = time.perf_counter() - t
+    return x.nbytes / te, x.nbytes / td
+
+
+def sample_ratio(tensor) -> float:
+    import codec
+
+    flat = tensor.detach().reshape(-1)[: 1 << 16]
+    if flat.numel() == 0:
+        return 1.0
+    return flat.numel() * flat.element_size() / len(codec.encode(flat.contiguous()))
+
+
+def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float) -> dict:
+    """Seconds for a ring all-reduce of ``nbytes`` per rank: 2(N-1) hops of nbytes/N each."""
+    n, hops = world, 2 * (world - 1)
+    shard = nbytes / n
+    plain = hops * (link.alpha + shard / link.beta)
+    wire = hops * (link.alpha + shard / (link.beta * ratio))
+    # reduce-scatter: decode + encode per hop; all-gather: one encode, N-1 decodes
+    codec_s = (n - 1) * shard * (1 / enc + 1 / dec) + shard / enc + (n - 1) * shard / dec
+    gather = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + nbytes / enc + (n - 1) * nbytes / dec
+    return {"uncompressed": plain, "compressed-ring": wire + codec_s, "compressed-gather": gather}
+
+
+def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float) -> dict:
+    n = world
+    plain = (n - 1) * (link.alpha + nbytes / link.beta)
+    comp = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + nbytes / enc + (n - 1) * nbytes / dec
+    return {"uncompressed": plain, "compressed-gather": comp}
+
+
+def decide(op: str, tensor, world: int, link: Link | None = None) -> Decision:
+    """The cheapest way to run ``op`` on ``tensor``; without a calibrated link, compress."""
+    link = link or cached_link()
+    nbytes = tensor.numel() * tensor.element_size()
+    if link is None or world < 2:
+        d = Decision(op, "compressed-ring" if op == "all_reduce" else "compressed-gather")
+        log.debug("%s", d)
+        return d
+    ratio = sample_ratio(tensor)
+    enc, dec = codec_throughput()
+    pred = (predict_all_reduce if op == "all_reduce" else predict_all_gather)(nbytes, world, link, ratio, enc, dec)
+    d = Decision(op, min(pred, key=pred.get), pred, ratio)
+    log.debug("%s", d)
+    return d
