@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from bench.cluster import Cluster
@@ -25,12 +26,18 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--plan", default="100:16,1000:64,0:64", help="rate_mbit:size_mib,...")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--p2p", default="1000:256", help="rate_mbit:size_mib for the 2-host send/recv run ('' to skip)")
     a = ap.parse_args(argv)
     rows = []
-    for item in a.plan.split(","):
+    runs = [(item, a.ranks, "all_reduce,all_gather") for item in a.plan.split(",") if item]
+    runs += [(a.p2p, 2, "p2p")] if a.p2p else []
+    for item, ranks, ops in runs:
         rate, size = item.split(":")
-        with Cluster([float(rate)] * a.ranks) as c:
-            out = c.run(["-m", "bench.collectives_bench", "--size-mib", size, "--reps", str(a.reps)])
+        with Cluster([float(rate)] * ranks) as c:
+            # each emulated host gets its share of this machine's cores for the codec
+            threads = str(max(1, (os.cpu_count() or 1) // ranks))
+            out = c.run(["-m", "bench.collectives_bench", "--size-mib", size, "--reps", str(a.reps), "--ops", ops],
+                        env={"NUMBA_NUM_THREADS": threads})
         for r in json.loads(out[0].strip().splitlines()[-1]):
             r["link_mbit"] = float(rate) or "unshaped"
             rows.append(r)
@@ -43,8 +50,8 @@ def main(argv=None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "collectives.md").write_text(
         "# Compressed collectives vs torch.distributed gloo (emulated cluster)\n\n"
-        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --reps {a.reps}`. "
-        f"{a.ranks} ranks in network namespaces on one 2-core machine, links shaped with tc/tbf; "
+        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {a.p2p} --reps {a.reps}`. "
+        f"{a.ranks} ranks (2 for send/recv) in network namespaces on one 2-core machine, links shaped with tc/tbf; "
         "times are best of reps; speed-up = torch time / zipccl compressed time; `auto` = compress=\"auto\" "
         "(alpha-beta cost model after calibration), `auto_vs_best` = its time / the better of zipccl "
         "uncompressed and compressed.\n\n" + table + "\n")
@@ -55,8 +62,8 @@ def main(argv=None) -> int:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for op in sorted({r["op"] for r in rows}):
-            rs = [r for r in rows if r["op"] == op]
+        for op in sorted({r["op"] for r in rows if r["ranks"] == a.ranks}):
+            rs = [r for r in rows if r["op"] == op and r["ranks"] == a.ranks]
             labels = [str(r["link_mbit"]) for r in rs]
             ax.plot(labels, [r["speedup_vs_torch"] for r in rs], marker="o", label=op)
         ax.axhline(1.0, color="grey", lw=0.8)

@@ -192,22 +192,48 @@ def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksu
     return _run(op, async_op)
 
 
-def send(tensor, dst, group=None, *, compress=True, checksum=False):
-    """Point-to-point send (blocking); the receiver must call :func:`recv` with a same-shape tensor."""
+PIPELINE_SLICE_BYTES = 8 << 20     # send/recv pipeline: encode slice i+1 while slice i is on the wire
+
+
+def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes: int = PIPELINE_SLICE_BYTES):
+    """Point-to-point send (blocking), pipelined: the tensor goes in slices of ``slice_bytes``; the
+    next slice is encoded (GIL released) while the previous one is being sent, and the receiver
+    decodes slice i while slice i+1 arrives.  The receiver calls :func:`recv` with a same-shape tensor."""
     def op():
-        payload = _encode(tensor, compress, checksum)
-        dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group)
-        dist.send(payload, dst, group=group)
+        flat = tensor.detach().contiguous().view(-1)
+        n_slices = max(1, -(-flat.numel() * flat.element_size() // slice_bytes))
+        parts = torch.tensor_split(flat, n_slices)
+        dist.send(torch.tensor([n_slices], dtype=torch.int64), dst, group=group)
+        with ThreadPoolExecutor(1, thread_name_prefix="zipccl-encode") as pool:
+            fut = pool.submit(_encode, parts[0], compress, checksum)
+            for i in range(n_slices):
+                payload = fut.result()
+                if i + 1 < n_slices:
+                    fut = pool.submit(_encode, parts[i + 1], compress, checksum)
+                dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group)
+                dist.send(payload, dst, group=group)
     _run(op, False)
 
 
 def recv(tensor, src, group=None, *, compress=True, checksum=False):
+    """Receive what :func:`send` sent into ``tensor``; returns ``src``."""
     def op():
+        flat = tensor.view(-1)
         n = torch.empty(1, dtype=torch.int64)
         dist.recv(n, src, group=group)
-        payload = torch.empty(int(n), dtype=torch.uint8)
-        dist.recv(payload, src, group=group)
-        _decode_into(payload, tensor, compress)
+        n_slices = int(n)
+        if not 1 <= n_slices <= max(1, flat.numel()):
+            raise ValueError(f"recv: sender announced {n_slices} slices for {flat.numel()} values")
+        parts = torch.tensor_split(flat, n_slices)
+        with ThreadPoolExecutor(1, thread_name_prefix="zipccl-decode") as pool:
+            pending = []
+            for i in range(n_slices):
+                dist.recv(n, src, group=group)
+                payload = torch.empty(int(n), dtype=torch.uint8)
+                dist.recv(payload, src, group=group)
+                pending.append(pool.submit(_decode_into, payload, parts[i], compress))
+            for f in pending:
+                f.result()
     _run(op, False)
     return src
 

@@ -102,10 +102,13 @@ def case_p2p(rank, ws):
     x = _data(rank, 5000, torch.bfloat16)
     if rank == 0:
         collectives.send(x, 1, checksum=True)
+        collectives.send(x, 1, slice_bytes=999)                 # 11 pipelined slices
         return None
-    y = torch.empty_like(x)
+    y, z = torch.empty_like(x), torch.empty_like(x)
     collectives.recv(y, 0, checksum=True)
-    return _bits(y) == _bits(_data(0, 5000, torch.bfloat16))
+    collectives.recv(z, 0)
+    want = _bits(_data(0, 5000, torch.bfloat16))
+    return _bits(y) == want and _bits(z) == want
 
 
 def case_mismatch(rank, ws):
