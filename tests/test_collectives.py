@@ -144,7 +144,30 @@ def case_corrupt(rank, ws):
     return "no error"
 
 
-CASES = {"all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt}
+def case_ddp(rank, ws):
+    import collectives
+
+    grads = []
+    for hook in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 8))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        if hook:
+            ddp.register_comm_hook(None, collectives.allreduce_hook)
+        g = torch.Generator().manual_seed(rank)
+        loss = ddp(torch.randn(32, 64, generator=g)).pow(2).mean()
+        loss.backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    return (grads[0] - grads[1]).abs().max().item(), grads[0].abs().max().item()
+
+
+CASES = {"all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
+
+
+def test_ddp_comm_hook_matches_default_allreduce():
+    res = _run("ddp", 2)
+    for diff, scale in res.values():
+        assert diff <= 1e-6 * max(scale, 1.0), res
 
 
 @pytest.mark.parametrize("ws", [2, 4])
