@@ -62,11 +62,23 @@ def _run(fn, async_op: bool):
     with _queue_lock:
         if _queue is None:
             _queue = ThreadPoolExecutor(1, thread_name_prefix="zipccl-collectives")
-    fut = _queue.submit(fn)
+    fut = _queue.submit(_clear_errors(fn))
     if async_op:
         return Work(fut)
     fut.result()
     return None
+
+
+def _clear_errors(fn):
+    """Transport failures (a dead peer, the group's timeout) become one clear RuntimeError."""
+    def run():
+        try:
+            return fn()
+        except (ValueError, TypeError, NotImplementedError, codec.FormatError):
+            raise
+        except RuntimeError as e:
+            raise RuntimeError(f"zipccl collective failed: a rank died or the group timed out ({e})") from e
+    return run
 
 
 # ----------------------------------------------------------------------------- framing

@@ -37,7 +37,7 @@ def _run(case, ws):
     procs = [ctx.Process(target=_worker, args=(r, ws, port, case, q)) for r in range(ws)]
     for p in procs:
         p.start()
-    out = dict(q.get(timeout=240) for _ in range(ws))
+    out = dict(q.get(timeout=240) for _ in range(ws - (case == "dead")))
     for p in procs:
         p.join(60)
     return out
@@ -161,7 +161,22 @@ def case_ddp(rank, ws):
     return (grads[0] - grads[1]).abs().max().item(), grads[0].abs().max().item()
 
 
-CASES = {"all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
+def case_dead(rank, ws):
+    import time
+
+    import collectives
+
+    if rank == 1:
+        os._exit(0)                                  # dies without a word
+    t = time.perf_counter()
+    try:
+        collectives.all_reduce(torch.ones(100_000, dtype=torch.bfloat16))
+    except RuntimeError as e:
+        return f"{time.perf_counter() - t:.1f}s {e}"
+    return "no error"
+
+
+CASES = {"dead": case_dead, "all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
 
 
 def test_ddp_comm_hook_matches_default_allreduce():
@@ -227,3 +242,9 @@ def test_strategy_turns_compression_off_on_fast_links():
     assert slow.choice.startswith("compressed") and fast.choice == "uncompressed"
     assert small.choice == "uncompressed"                     # latency-bound: nothing to gain
     assert set(slow.predicted_s) >= {"uncompressed", "compressed-ring"} and slow.ratio > 1.3
+
+
+def test_dead_rank_raises_clear_error():
+    res = _run("dead", 2)
+    assert "a rank died or the group timed out" in res[0], res
+    assert float(res[0].split("s ", 1)[0]) < 60                  # within the group timeout, no hang
