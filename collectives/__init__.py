@@ -29,7 +29,7 @@ import torch.distributed as dist
 import codec
 
 __all__ = ["all_gather", "broadcast", "send", "recv", "all_reduce", "reduce_scatter", "all_to_all_single",
-           "allreduce_hook", "Work", "last_decision"]
+           "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision"]
 
 last_decision = None     # the strategy.Decision of the latest compress="auto" call (rank 0's, shared by all)
 _CHOICES = ("uncompressed", "compressed-ring", "compressed-gather")
@@ -340,6 +340,29 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
             elif buf.numel() and compress:
                 codec.decode(buf.numpy())          # still validate what arrived
     return _run(run, async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False, *, compress=True,
+                           checksum=False):
+    """FSDP's all-gather: ``output_tensor`` (world_size * n values, flat or stacked) = every rank's
+    ``input_tensor`` (n values) concatenated in rank order."""
+    ws = dist.get_world_size(group)
+    if output_tensor.numel() != ws * input_tensor.numel():
+        raise ValueError(f"all_gather_into_tensor: output has {output_tensor.numel()} values, expected "
+                         f"{ws} x {input_tensor.numel()}")
+    parts = list(output_tensor.view(-1).chunk(ws)) if input_tensor.numel() else [
+        output_tensor.view(-1)[:0] for _ in range(ws)]
+    return all_gather(parts, input_tensor.reshape(-1), group, async_op, compress=compress, checksum=checksum)
+
+
+def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False, *, compress=True,
+                          checksum=False):
+    """FSDP's reduce-scatter: ``input`` (world_size * n values) summed over ranks; rank r keeps slice r."""
+    ws = dist.get_world_size(group)
+    if input.numel() != ws * output.numel():
+        raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} values, expected {ws} x {output.numel()}")
+    return reduce_scatter(output.view(-1), list(input.reshape(-1).chunk(ws)) if output.numel() else
+                          [input.reshape(-1)[:0]] * ws, op, group, async_op, compress=compress, checksum=checksum)
 
 
 def allreduce_hook(state, bucket):

@@ -176,7 +176,25 @@ def case_dead(rank, ws):
     return "no error"
 
 
-CASES = {"dead": case_dead, "all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
+def case_fsdp(rank, ws):
+    import collectives
+
+    out = {}
+    for compress in (True, False):
+        x = _data(rank, 3000, torch.bfloat16)
+        full = torch.empty(ws * 3000, dtype=torch.bfloat16)
+        collectives.all_gather_into_tensor(full, x, compress=compress)
+        big = _data(rank, ws * 1000, torch.float32, seed=4)
+        mine = torch.empty(1000, dtype=torch.float32)
+        collectives.reduce_scatter_tensor(mine, big, compress=compress)
+        out[compress] = (_bits(full), _bits(mine))
+    true = sum(_data(j, ws * 1000, torch.float32, seed=4) for j in range(ws))[rank * 1000:(rank + 1) * 1000]
+    ok_sum = torch.allclose(torch.tensor(out[True][1], dtype=torch.int32).view(torch.float32), true, atol=1e-6)
+    want_full = sum((_bits(_data(j, 3000, torch.bfloat16)) for j in range(ws)), [])
+    return out[True] == out[False] and out[True][0] == want_full and ok_sum
+
+
+CASES = {"fsdp": case_fsdp, "dead": case_dead, "all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
 
 
 def test_ddp_comm_hook_matches_default_allreduce():
@@ -248,3 +266,8 @@ def test_dead_rank_raises_clear_error():
     res = _run("dead", 2)
     assert "a rank died or the group timed out" in res[0], res
     assert float(res[0].split("s ", 1)[0]) < 60                  # within the group timeout, no hang
+
+
+def test_fsdp_pair():
+    res = _run("fsdp", 4)
+    assert all(v is True for v in res.values()), res
