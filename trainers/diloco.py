@@ -8,7 +8,7 @@ outer lr 0.7, momentum 0.9; inner AdamW lr 4e-4, weight decay 0.1, betas (0.9, 0
 
 Launch with torchrun conventions (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``):
 
-    torchrun --nproc-per-node 2 -m trainers.diloco --outer-steps 20
+    torchrun --nproc-per-node 2 -m trainers.diloco --outer-steps 20 [--algo gasloc] [--no-compress]
 """
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ class DiLoCo:
         self.inner = torch.optim.AdamW(self.params, lr=cfg.inner_lr, weight_decay=cfg.weight_decay,
                                        betas=cfg.betas)
         self.shared = [p.detach().clone() for p in self.params]          # theta, identical on all ranks
-        self.outer = torch.optim.SGD(self.shared, lr=cfg.outer_lr, momentum=cfg.outer_momentum, nesterov=True)
+        self.outer = torch.optim.SGD(self.shared, lr=cfg.outer_lr, momentum=cfg.outer_momentum,
+                                     nesterov=cfg.outer_momentum > 0)
         self.bytes_sent = 0
         self.bytes_raw = 0
 
@@ -171,6 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--outer-steps", type=int, default=20)
     ap.add_argument("--inner-steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--algo", choices=("diloco", "gasloc"), default="diloco")
     ap.add_argument("--no-compress", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
@@ -181,16 +183,21 @@ def main(argv=None) -> int:
     train, val = data[:split], data[split:]
     torch.manual_seed(a.seed)
     model = TinyGPT(GPTConfig())
-    trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress))
+    if a.algo == "diloco":
+        trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress))
+    else:
+        from .gasloc import GASLoC, GASLoCConfig
+
+        trainer = GASLoC(model, GASLoCConfig(inner_steps=a.inner_steps, compress=not a.no_compress, seed=a.seed))
     it = batches(train, a.batch, model.cfg.block, seed=a.seed * 1000 + rank)
     start = time.perf_counter()
     for step in range(a.outer_steps):
         loss = trainer.outer_step(it)
         if rank == 0:
-            ratio = trainer.bytes_raw / max(trainer.bytes_sent, 1)
-            print(f"outer {step + 1}/{a.outer_steps} inner loss {loss:.3f} val {evaluate(model, val):.3f} "
-                  f"sent {trainer.bytes_sent / 2**20:.1f} MiB (ratio {ratio:.2f}) {time.perf_counter() - start:.1f}s",
-                  flush=True)
+            sent = getattr(trainer, "bytes_sent", 0)
+            ratio = getattr(trainer, "bytes_raw", 0) / max(sent, 1)
+            print(f"{a.algo} outer {step + 1}/{a.outer_steps} inner loss {loss:.3f} val {evaluate(model, val):.3f} "
+                  f"sent {sent / 2**20:.1f} MiB (ratio {ratio:.2f}) {time.perf_counter() - start:.1f}s", flush=True)
     dist.destroy_process_group()
     return 0
 
