@@ -1,46 +1,15 @@
 """Compressed collectives on real torch.distributed (gloo over loopback sockets), 2 and 4 ranks."""
 import os
-import socket
-import traceback
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, ws, port, case, results):
-    import datetime
-
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws,
-                                timeout=datetime.timedelta(seconds=60))
-        results.put((rank, CASES[case](rank, ws)))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        results.put((rank, f"EXC {type(e).__name__}: {e}\n{traceback.format_exc()}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+from tests.dist_helpers import run_ranks  # noqa: E402
 
 
 def _run(case, ws):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, ws, port, case, q)) for r in range(ws)]
-    for p in procs:
-        p.start()
-    out = dict(q.get(timeout=240) for _ in range(ws - (case == "dead")))
-    for p in procs:
-        p.join(60)
-    return out
+    return run_ranks(case, ws, expect=ws - (case is case_dead))
 
 
 def _data(rank, n, dtype, seed=0):
@@ -194,18 +163,17 @@ def case_fsdp(rank, ws):
     return out[True] == out[False] and out[True][0] == want_full and ok_sum
 
 
-CASES = {"fsdp": case_fsdp, "dead": case_dead, "all": case_all, "p2p": case_p2p, "mismatch": case_mismatch, "corrupt": case_corrupt, "ddp": case_ddp}
 
 
 def test_ddp_comm_hook_matches_default_allreduce():
-    res = _run("ddp", 2)
+    res = _run(case_ddp, 2)
     for diff, scale in res.values():
         assert diff <= 1e-6 * max(scale, 1.0), res
 
 
 @pytest.mark.parametrize("ws", [2, 4])
 def test_collectives_bit_identical_to_uncompressed(ws):
-    res = _run("all", ws)
+    res = _run(case_all, ws)
     for rank, r in res.items():
         assert not isinstance(r, str), r
     keys = res[0].keys()
@@ -235,18 +203,18 @@ def test_collectives_bit_identical_to_uncompressed(ws):
 
 
 def test_send_recv():
-    res = _run("p2p", 2)
+    res = _run(case_p2p, 2)
     assert res[1] is True, res
 
 
 def test_mismatched_shapes_name_the_ranks():
-    res = _run("mismatch", 4)
+    res = _run(case_mismatch, 4)
     for r in res.values():
         assert "ranks disagree" in r and "rank 3" in r, r
 
 
 def test_corrupted_frame_raises_with_checksum():
-    res = _run("corrupt", 2)
+    res = _run(case_corrupt, 2)
     assert all(v.startswith("FormatError") for v in res.values()), res
 
 
@@ -263,11 +231,11 @@ def test_strategy_turns_compression_off_on_fast_links():
 
 
 def test_dead_rank_raises_clear_error():
-    res = _run("dead", 2)
+    res = _run(case_dead, 2)
     assert "a rank died or the group timed out" in res[0], res
     assert float(res[0].split("s ", 1)[0]) < 60                  # within the group timeout, no hang
 
 
 def test_fsdp_pair():
-    res = _run("fsdp", 4)
+    res = _run(case_fsdp, 4)
     assert all(v is True for v in res.values()), res

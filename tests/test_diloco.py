@@ -1,56 +1,30 @@
 """DiLoCo on compressed collectives: the compressed run ends bit-identical to the uncompressed one."""
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-
+from tests.dist_helpers import run_ranks  # noqa: E402
 from trainers.diloco import DiLoCoConfig  # noqa: E402
 
 
-def _worker(rank, ws, port, q):
-    import datetime
-
+def case_diloco(rank, ws):
     from trainers.diloco import DiLoCo, GPTConfig, TinyGPT, batches, flat_params, stdlib_bytes
 
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws,
-                                timeout=datetime.timedelta(seconds=120))
-        data = stdlib_bytes(1 << 18)
-        out = {}
-        for compress in (True, False):
-            torch.manual_seed(0)
-            model = TinyGPT(GPTConfig(dim=32, layers=1, heads=2, block=32))
-            first = flat_params(model).clone()
-            tr = DiLoCo(model, DiLoCoConfig(inner_steps=2, compress=compress))
-            it = batches(data, 4, 32, seed=rank)
-            losses = [tr.outer_step(it) for _ in range(3)]
-            out[compress] = (flat_params(model).view(torch.int32).tolist(), losses,
-                             bool(torch.equal(first, flat_params(model))))
-        q.put((rank, out))
-    except BaseException as e:  # noqa: BLE001
-        import traceback
-
-        q.put((rank, f"EXC {e}\n{traceback.format_exc()}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    data = stdlib_bytes(1 << 18)
+    out = {}
+    for compress in (True, False):
+        torch.manual_seed(0)
+        model = TinyGPT(GPTConfig(dim=32, layers=1, heads=2, block=32))
+        first = flat_params(model).clone()
+        tr = DiLoCo(model, DiLoCoConfig(inner_steps=2, compress=compress))
+        it = batches(data, 4, 32, seed=rank)
+        losses = [tr.outer_step(it) for _ in range(3)]
+        out[compress] = (flat_params(model).view(torch.int32).tolist(), losses,
+                         bool(torch.equal(first, flat_params(model))))
+    return out
 
 
 def test_compressed_diloco_is_bit_identical_and_ranks_agree():
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    res = dict(q.get(timeout=300) for _ in range(2))
-    for p in procs:
-        p.join(60)
+    res = run_ranks(case_diloco, 2)
     for r in res.values():
         assert not isinstance(r, str), r
     for rank in range(2):

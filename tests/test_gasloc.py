@@ -1,86 +1,64 @@
 """GASLoC: gossip with outer momentum; reduces to DiLoCo on a complete graph with full averaging."""
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-
+from tests.dist_helpers import run_ranks  # noqa: E402
 from trainers.gasloc import GASLoCConfig, random_matching  # noqa: E402
 
 
-def _worker(rank, ws, port, q, case):
-    import datetime
+def _fresh():
+    from trainers.diloco import GPTConfig, TinyGPT
 
-    from trainers.diloco import DiLoCo, DiLoCoConfig, GPTConfig, TinyGPT, batches, flat_params, stdlib_bytes
+    torch.manual_seed(0)
+    return TinyGPT(GPTConfig(dim=32, layers=1, heads=2, block=32))
+
+
+def _rounds(trainer, rank, n=3):
+    from trainers.diloco import batches, stdlib_bytes
+
+    it = batches(stdlib_bytes(1 << 18), 4, 32, seed=rank)
+    for _ in range(n):
+        trainer.outer_step(it)
+
+
+def case_reduction(rank, ws):
+    from trainers.diloco import DiLoCo, DiLoCoConfig, flat_params
     from trainers.gasloc import GASLoC
 
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ws,
-                                timeout=datetime.timedelta(seconds=120))
-        data = stdlib_bytes(1 << 18)
+    m1 = _fresh()
+    _rounds(DiLoCo(m1, DiLoCoConfig(inner_steps=2, outer_momentum=0.0, outer_lr=0.7)), rank)
+    m2 = _fresh()
+    _rounds(GASLoC(m2, GASLoCConfig(inner_steps=2, eta=0.7, alpha=1.0, gamma=0.0, topology="complete-average")), rank)
+    return (flat_params(m1) - flat_params(m2)).abs().max().item()
 
-        def fresh():
-            torch.manual_seed(0)
-            return TinyGPT(GPTConfig(dim=32, layers=1, heads=2, block=32))
 
-        out = {}
-        if case == "reduction":
-            m1 = fresh()
-            d = DiLoCo(m1, DiLoCoConfig(inner_steps=2, outer_momentum=0.0, outer_lr=0.7))
-            it = batches(data, 4, 32, seed=rank)
-            for _ in range(3):
-                d.outer_step(it)
-            m2 = fresh()
-            gl = GASLoC(m2, GASLoCConfig(inner_steps=2, eta=0.7, alpha=1.0, gamma=0.0, topology="complete-average"))
-            it = batches(data, 4, 32, seed=rank)
-            for _ in range(3):
-                gl.outer_step(it)
-            out = (flat_params(m1) - flat_params(m2)).abs().max().item()
-        else:
-            for compress in (True, False):
-                m = fresh()
-                cfg = GASLoCConfig(inner_steps=2, gamma=0.5, compress=compress, edges=[(0, 1), (1, 2), (2, 3), (3, 0)])
-                gl = GASLoC(m, cfg)
-                it = batches(data, 4, 32, seed=rank)
-                for _ in range(3):
-                    gl.outer_step(it)
-                out[compress] = flat_params(m).view(torch.int32).tolist()
-        q.put((rank, out))
-    except BaseException as e:  # noqa: BLE001
-        import traceback
+def case_gossip(rank, ws):
+    from trainers.diloco import flat_params
+    from trainers.gasloc import GASLoC
 
-        q.put((rank, f"EXC {e}\n{traceback.format_exc()}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    out = {}
+    for compress in (True, False):
+        m = _fresh()
+        cfg = GASLoCConfig(inner_steps=2, gamma=0.5, compress=compress, edges=[(0, 1), (1, 2), (2, 3), (3, 0)])
+        _rounds(GASLoC(m, cfg), rank)
+        out[compress] = flat_params(m).view(torch.int32).tolist()
+    return out
 
 
 def _run(case, ws):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_worker, args=(r, ws, port, q, case)) for r in range(ws)]
-    for p in procs:
-        p.start()
-    res = dict(q.get(timeout=300) for _ in range(ws))
-    for p in procs:
-        p.join(60)
+    res = run_ranks(case, ws)
     for r in res.values():
         assert not isinstance(r, str), r
     return res
 
 
 def test_reduces_to_diloco_on_complete_graph_with_full_averaging():
-    res = _run("reduction", 2)
+    res = _run(case_reduction, 2)
     assert all(v < 1e-5 for v in res.values()), res
 
 
 def test_compressed_gossip_is_bit_identical():
-    res = _run("gossip", 4)
+    res = _run(case_gossip, 4)
     for r in res.values():
         assert r[True] == r[False]
     assert res[0][True] != res[2][True]          # gossip: workers differ after a few rounds

@@ -85,6 +85,36 @@ def loss_fn(model, x, y):
     return F.cross_entropy(model(x).reshape(-1, model.cfg.vocab), y.reshape(-1))
 
 
+def local_steps(model, opt, data_iter, steps: int) -> float:
+    """``steps`` inner optimizer steps on this worker's data; the mean loss (shared by DiLoCo and GASLoC)."""
+    losses = []
+    for _ in range(steps):
+        x, y = next(data_iter)
+        loss = loss_fn(model, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses))
+
+
+class WireStats:
+    """Bytes handed to the collectives and the estimated bytes on the wire (ratio of one chunk)."""
+
+    def __init__(self):
+        self.bytes_raw = 0
+        self.bytes_sent = 0
+
+    def account(self, t: torch.Tensor, compress: bool) -> None:
+        raw = t.numel() * t.element_size()
+        self.bytes_raw += raw
+        if compress:
+            from collectives.strategy import sample_ratio
+
+            raw = int(raw / sample_ratio(t))
+        self.bytes_sent += raw
+
+
 # ------------------------------------------------------------------------------ DiLoCo
 @dataclass
 class DiLoCoConfig:
@@ -117,32 +147,17 @@ class DiLoCo:
         self.shared = [p.detach().clone() for p in self.params]          # theta, identical on all ranks
         self.outer = torch.optim.SGD(self.shared, lr=cfg.outer_lr, momentum=cfg.outer_momentum,
                                      nesterov=cfg.outer_momentum > 0)
-        self.bytes_sent = 0
-        self.bytes_raw = 0
+        self.wire = WireStats()
 
     def outer_step(self, data_iter) -> float:
         """H inner steps on this worker's data, then the averaged pseudo-gradient update. Returns the mean
         inner loss."""
         import collectives
 
-        losses = []
-        for _ in range(self.cfg.inner_steps):
-            x, y = next(data_iter)
-            loss = loss_fn(self.model, x, y)
-            self.inner.zero_grad(set_to_none=True)
-            loss.backward()
-            self.inner.step()
-            losses.append(loss.item())
+        loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)
         ws = dist.get_world_size(self.group)
         delta = torch.cat([(s - p.detach()).reshape(-1) for s, p in zip(self.shared, self.params)])
-        raw = delta.numel() * delta.element_size()
-        self.bytes_raw += raw
-        if self.cfg.compress:                       # estimated from one chunk, for the progress log
-            from collectives.strategy import sample_ratio
-
-            self.bytes_sent += int(raw / sample_ratio(delta))
-        else:
-            self.bytes_sent += raw
+        self.wire.account(delta, self.cfg.compress)
         collectives.all_reduce(delta, group=self.group, compress=self.cfg.compress)
         delta /= ws
         offset = 0
@@ -154,7 +169,7 @@ class DiLoCo:
         with torch.no_grad():
             for s, p in zip(self.shared, self.params):
                 p.copy_(s)
-        return float(np.mean(losses))
+        return loss
 
 
 def flat_params(model) -> torch.Tensor:
@@ -194,8 +209,8 @@ def main(argv=None) -> int:
     for step in range(a.outer_steps):
         loss = trainer.outer_step(it)
         if rank == 0:
-            sent = getattr(trainer, "bytes_sent", 0)
-            ratio = getattr(trainer, "bytes_raw", 0) / max(sent, 1)
+            sent = trainer.wire.bytes_sent
+            ratio = trainer.wire.bytes_raw / max(sent, 1)
             print(f"{a.algo} outer {step + 1}/{a.outer_steps} inner loss {loss:.3f} val {evaluate(model, val):.3f} "
                   f"sent {sent / 2**20:.1f} MiB (ratio {ratio:.2f}) {time.perf_counter() - start:.1f}s", flush=True)
     dist.destroy_process_group()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .diloco import loss_fn
+from .diloco import WireStats, local_steps
 
 
 @dataclass
@@ -96,8 +96,7 @@ class GASLoC:
                                        betas=cfg.betas)
         self.y_prev = None
         self.round = 0
-        self.bytes_raw = 0
-        self.bytes_sent = 0         # estimated from one chunk's ratio, for the progress log
+        self.wire = WireStats()
 
     def _flat(self):
         return torch.cat([p.detach().reshape(-1) for p in self.params])
@@ -109,33 +108,17 @@ class GASLoC:
                 p.copy_(flat[off:off + p.numel()].view_as(p))
                 off += p.numel()
 
-    def _account(self, t):
-        raw = t.numel() * t.element_size()
-        self.bytes_raw += raw
-        if self.cfg.compress:
-            from collectives.strategy import sample_ratio
-
-            raw = int(raw / sample_ratio(t))
-        self.bytes_sent += raw
-
     def outer_step(self, data_iter) -> float:
         import collectives
 
         theta0 = self._flat().clone()
-        losses = []
-        for _ in range(self.cfg.inner_steps):
-            x, y = next(data_iter)
-            loss = loss_fn(self.model, x, y)
-            self.inner.zero_grad(set_to_none=True)
-            loss.backward()
-            self.inner.step()
-            losses.append(loss.item())
+        loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)
         g = self._flat() - theta0
         y = theta0 + self.cfg.eta * g
         if self.cfg.topology == "complete-average":
             s = y.clone()
             collectives.all_reduce(s, group=self.group, compress=self.cfg.compress)
-            self._account(y)
+            self.wire.account(y, self.cfg.compress)
             lap = y - s / self.world                                   # (I - 11^T/N) y
         else:
             rng = np.random.default_rng([self.cfg.seed, self.round])  # the same draw on every worker
@@ -147,7 +130,7 @@ class GASLoC:
                 for step in ((0, 1) if first else (1, 0)):
                     if step == 0:
                         collectives.send(y, peer, group=self.group, compress=self.cfg.compress)
-                        self._account(y)
+                        self.wire.account(y, self.cfg.compress)
                     else:
                         collectives.recv(other, peer, group=self.group, compress=self.cfg.compress)
                 lap = y - other
@@ -157,4 +140,4 @@ class GASLoC:
         self.y_prev = y
         self._load(nxt)
         self.round += 1
-        return float(np.mean(losses))
+        return loss
