@@ -23,23 +23,12 @@ from pathlib import Path
 
 import torch
 
+from bench.speed import reset_peak_rss, rss
 from trainers.distill import (Batches, Curriculum, build_feature_cache, cosine_to_teacher, distill_end_to_end,
                               distill_layerwise, even_segments, load_teacher, prune_ffn, split_texts,
                               stdlib_texts)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _rss(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
-def _reset_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def _setup(args):
@@ -63,13 +52,13 @@ def _run_method(args) -> dict:
     torch.manual_seed(0)
     student = prune_ffn(teacher)
     before = cosine_to_teacher(student, teacher, vb)
-    _reset_peak()
-    rss0 = _rss("VmRSS")
+    reset_peak_rss()
+    rss0 = rss("VmRSS")
     if args.method == "end-to-end":
         log = distill_end_to_end(student, tb, cache, budget_s=args.budget)
     else:
         log = distill_layerwise(student, tb, cache, curriculum, budget_s=args.budget)
-    peak = _rss("VmHWM") - rss0
+    peak = rss("VmHWM") - rss0
     st = cache.stats()
     return {"method": args.method, "held-out cosine": cosine_to_teacher(student, teacher, vb),
             "peak extra memory MiB": peak / 2**20, "wall s": log.seconds, "steps": log.steps,

@@ -64,7 +64,13 @@ def _memcpy_seconds(x, repeat):
     return _best(lambda: np.copyto(dst, src), repeat)[0]
 
 
-def _rss(field: str) -> int:
+def reset_peak_rss() -> None:
+    """Reset this process's RSS high-water mark (Linux: clear_refs 5), so a later peak is new work's alone."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def rss(field: str) -> int:
     for line in open("/proc/self/status"):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
@@ -86,10 +92,8 @@ def _child(args):
             blob = codec.encode(x)
         if args[0] == "zipccl" and n > (1 << 16):     # peak memory, not cold start: load the kernels first
             codec.decode(codec.encode(x[: 1 << 16]))
-    # reset the RSS high-water mark (Linux: clear_refs 5), so the peak is this call's alone
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = _rss("VmRSS")
+    reset_peak_rss()
+    base = rss("VmRSS")
     t = time.perf_counter()
     if kind == "zipccl":
         import codec
@@ -100,7 +104,7 @@ def _child(args):
 
         out = zipnn(x)
     dt_s = time.perf_counter() - t
-    peak = _rss("VmHWM")
+    peak = rss("VmHWM")
     del out
     print(json.dumps({"seconds": dt_s, "extra_peak_bytes": max(0, peak - base), "input_bytes": x.nbytes,
                       "output_bytes": len(blob) if blob is not None else None}))
