@@ -12,8 +12,6 @@ Launch with torchrun conventions (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``M
 """
 from __future__ import annotations
 
-import argparse
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +112,12 @@ class WireStats:
             raw = int(raw / sample_ratio(t))
         self.bytes_sent += raw
 
+    def state_dict(self) -> dict:
+        return {"bytes_raw": self.bytes_raw, "bytes_sent": self.bytes_sent}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.bytes_raw, self.bytes_sent = int(s["bytes_raw"]), int(s["bytes_sent"])
+
 
 # ------------------------------------------------------------------------------ DiLoCo
 @dataclass
@@ -171,6 +175,21 @@ class DiLoCo:
                 p.copy_(s)
         return loss
 
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue bit-identically (see :mod:`trainers.checkpoint`)."""
+        return {"model": self.model.state_dict(), "inner": self.inner.state_dict(),
+                "shared": [s.detach().clone() for s in self.shared], "outer": self.outer.state_dict(),
+                "wire": self.wire.state_dict()}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.model.load_state_dict(st["model"])
+        self.inner.load_state_dict(st["inner"])
+        with torch.no_grad():
+            for s, v in zip(self.shared, st["shared"], strict=True):
+                s.copy_(v)
+        self.outer.load_state_dict(st["outer"])
+        self.wire.load_state_dict(st["wire"])
+
 
 def flat_params(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
@@ -183,40 +202,10 @@ def evaluate(model, data, batch=16, block=64, batches_n=4) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--outer-steps", type=int, default=20)
-    ap.add_argument("--inner-steps", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--algo", choices=("diloco", "gasloc"), default="diloco")
-    ap.add_argument("--no-compress", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    data = stdlib_bytes()
-    split = int(len(data) * 0.9)
-    train, val = data[:split], data[split:]
-    torch.manual_seed(a.seed)
-    model = TinyGPT(GPTConfig())
-    if a.algo == "diloco":
-        trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress))
-    else:
-        from .gasloc import GASLoC, GASLoCConfig
+    from .launch import main as launch_main
 
-        trainer = GASLoC(model, GASLoCConfig(inner_steps=a.inner_steps, compress=not a.no_compress, seed=a.seed))
-    it = batches(train, a.batch, model.cfg.block, seed=a.seed * 1000 + rank)
-    start = time.perf_counter()
-    for step in range(a.outer_steps):
-        loss = trainer.outer_step(it)
-        if rank == 0:
-            sent = trainer.wire.bytes_sent
-            ratio = trainer.wire.bytes_raw / max(sent, 1)
-            print(f"{a.algo} outer {step + 1}/{a.outer_steps} inner loss {loss:.3f} val {evaluate(model, val):.3f} "
-                  f"sent {sent / 2**20:.1f} MiB (ratio {ratio:.2f}) {time.perf_counter() - start:.1f}s", flush=True)
-    dist.destroy_process_group()
-    return 0
+    return launch_main(argv)
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

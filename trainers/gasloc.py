@@ -141,3 +141,14 @@ class GASLoC:
         self._load(nxt)
         self.round += 1
         return loss
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "inner": self.inner.state_dict(), "round": self.round,
+                "y_prev": None if self.y_prev is None else self.y_prev.clone(), "wire": self.wire.state_dict()}
+
+    def load_state_dict(self, st: dict) -> None:
+        self.model.load_state_dict(st["model"])
+        self.inner.load_state_dict(st["inner"])
+        self.round = int(st["round"])
+        self.y_prev = st["y_prev"]
+        self.wire.load_state_dict(st["wire"])
