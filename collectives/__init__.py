@@ -29,7 +29,7 @@ import torch.distributed as dist
 import codec
 
 __all__ = ["all_gather", "broadcast", "send", "recv", "all_reduce", "reduce_scatter", "all_to_all_single",
-           "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision"]
+           "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision", "traffic"]
 
 last_decision = None     # the strategy.Decision of the latest compress="auto" call (rank 0's, shared by all)
 _CHOICES = ("uncompressed", "compressed-ring", "compressed-gather")
@@ -82,10 +82,38 @@ def _clear_errors(fn):
 
 
 # ----------------------------------------------------------------------------- framing
+class Traffic:
+    """Bytes this process framed for the wire: ``raw`` (tensor bytes) and ``framed`` (what was sent for
+    them: codec streams, or the raw bytes when uncompressed).  ``ratio`` is the compression achieved."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.raw = self.framed = 0
+
+    def add(self, raw: int, framed: int) -> None:
+        with self._lock:
+            self.raw += raw
+            self.framed += framed
+
+    @property
+    def ratio(self) -> float:
+        return self.raw / self.framed if self.framed else 1.0
+
+    def snapshot(self) -> tuple[int, int]:
+        with self._lock:
+            return self.raw, self.framed
+
+
+traffic = Traffic()      # process-wide; counts every payload framed by the calls below
+
+
 def _encode(t: torch.Tensor, compress: bool, checksum: bool) -> torch.Tensor:
     if not compress:
-        return t.detach().contiguous().reshape(-1).view(torch.uint8).clone()
-    return torch.frombuffer(codec.encode(t.detach(), checksum=checksum), dtype=torch.uint8)
+        out = t.detach().contiguous().reshape(-1).view(torch.uint8).clone()
+    else:
+        out = torch.frombuffer(codec.encode(t.detach(), checksum=checksum), dtype=torch.uint8)
+    traffic.add(t.numel() * t.element_size(), out.numel())
+    return out
 
 
 def _decode_into(buf: torch.Tensor, out: torch.Tensor, compress: bool) -> torch.Tensor:

@@ -31,7 +31,8 @@ def case_resume(rank, ws, algo, root):
     second = train(_args(["--algo", algo, "--outer-steps", "4", "--checkpoint-dir", ck, "--resume"]))
     return {"whole": _bits(whole), "resumed": _bits(second), "first_rounds": first.rounds_done,
             "second_log_rounds": [r["round"] for r in second.log], "sent": (whole.log[-1]["sent"],
-                                                                           second.log[-1]["sent"])}
+                                                                           second.log[-1]["sent"]),
+            "raw": whole.log[-1]["raw"]}
 
 
 @pytest.mark.parametrize("algo", ["diloco", "gasloc"])
@@ -43,6 +44,7 @@ def test_resumed_run_is_bit_identical(tmp_path, algo):
         assert r["first_rounds"] == 2 and r["second_log_rounds"] == [3, 4]
         assert r["resumed"] == r["whole"]
         assert r["sent"][0] == r["sent"][1]                       # wire statistics are checkpointed too
+        assert 0 < r["sent"][0] < r["raw"]                         # and compression did shrink the traffic
     ck = tmp_path / algo
     assert (ck / "LATEST").read_text().strip() == "4"
     assert sorted(p.name for p in ck.glob("round-*")) == ["round-000004"]   # older rounds were pruned

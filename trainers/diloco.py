@@ -12,6 +12,7 @@ Launch with torchrun conventions (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``M
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,20 +98,24 @@ def local_steps(model, opt, data_iter, steps: int) -> float:
 
 
 class WireStats:
-    """Bytes handed to the collectives and the estimated bytes on the wire (ratio of one chunk)."""
+    """Tensor bytes handed to the collectives and the bytes that went out for them, at the compression
+    ratio the collectives actually achieved on those calls (``collectives.traffic``)."""
 
     def __init__(self):
         self.bytes_raw = 0
         self.bytes_sent = 0
 
-    def account(self, t: torch.Tensor, compress: bool) -> None:
-        raw = t.numel() * t.element_size()
-        self.bytes_raw += raw
-        if compress:
-            from collectives.strategy import sample_ratio
+    @contextlib.contextmanager
+    def measure(self, t: torch.Tensor):
+        import collectives
 
-            raw = int(raw / sample_ratio(t))
-        self.bytes_sent += raw
+        raw0, framed0 = collectives.traffic.snapshot()
+        yield
+        raw1, framed1 = collectives.traffic.snapshot()
+        ratio = (raw1 - raw0) / (framed1 - framed0) if framed1 > framed0 else 1.0
+        nbytes = t.numel() * t.element_size()
+        self.bytes_raw += nbytes
+        self.bytes_sent += int(nbytes / ratio)
 
     def state_dict(self) -> dict:
         return {"bytes_raw": self.bytes_raw, "bytes_sent": self.bytes_sent}
@@ -161,8 +166,8 @@ class DiLoCo:
         loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)
         ws = dist.get_world_size(self.group)
         delta = torch.cat([(s - p.detach()).reshape(-1) for s, p in zip(self.shared, self.params)])
-        self.wire.account(delta, self.cfg.compress)
-        collectives.all_reduce(delta, group=self.group, compress=self.cfg.compress)
+        with self.wire.measure(delta):
+            collectives.all_reduce(delta, group=self.group, compress=self.cfg.compress)
         delta /= ws
         offset = 0
         for s in self.shared:

@@ -117,8 +117,8 @@ class GASLoC:
         y = theta0 + self.cfg.eta * g
         if self.cfg.topology == "complete-average":
             s = y.clone()
-            collectives.all_reduce(s, group=self.group, compress=self.cfg.compress)
-            self.wire.account(y, self.cfg.compress)
+            with self.wire.measure(y):
+                collectives.all_reduce(s, group=self.group, compress=self.cfg.compress)
             lap = y - s / self.world                                   # (I - 11^T/N) y
         else:
             rng = np.random.default_rng([self.cfg.seed, self.round])  # the same draw on every worker
@@ -129,8 +129,8 @@ class GASLoC:
                 first = self.rank < peer                                # fixed order: no send/send deadlock
                 for step in ((0, 1) if first else (1, 0)):
                     if step == 0:
-                        collectives.send(y, peer, group=self.group, compress=self.cfg.compress)
-                        self.wire.account(y, self.cfg.compress)
+                        with self.wire.measure(y):
+                            collectives.send(y, peer, group=self.group, compress=self.cfg.compress)
                     else:
                         collectives.recv(other, peer, group=self.group, compress=self.cfg.compress)
                 lap = y - other
