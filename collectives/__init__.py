@@ -6,8 +6,10 @@ tensors through the process group's own transport (gloo on CPU), and writes resu
 are bit-identical to the same algorithm run uncompressed (``compress=False``).  Reductions
 sum in the tensor's dtype in a fixed order:
 
-* ``algorithm="ring"``: ring reduce-scatter (decode, add own shard, re-encode per hop), then
-  all-gather of the reduced shards; shard ``j`` is summed starting at rank ``j+1``, in ring order.
+* ``algorithm="ring"``: ring reduce-scatter (decode, add own shard, re-encode per hop), then a
+  ring all-gather that forwards each reduced shard's compressed bytes unchanged; shard ``j`` is
+  summed starting at rank ``j+1``, in ring order.  Both phases are pipelined in ~1 MiB slices
+  (:mod:`collectives.ring`): encoding, the wire and decoding overlap.
 * ``algorithm="gather"``: all-gather every rank's tensor, then sum in rank order 0..N-1
   (fewer hops, better for small messages).
 
@@ -278,22 +280,13 @@ def recv(tensor, src, group=None, *, compress=True, checksum=False):
     return src
 
 
-def _ring_reduce_scatter(shards, group, compress, checksum):
-    """Sum ``shards[j]`` over ranks; returns the complete shard of this rank.
+def _ring(shards, group, compress, checksum, *, reduce=True, gather=False):
+    """The slice-pipelined ring of :mod:`collectives.ring` with this module's framing."""
+    from .ring import ring
 
-    Step s: send partial of shard (r-s-1) to r+1, receive partial of shard (r-s-2) from r-1 and add
-    this rank's own contribution; after N-1 steps rank r holds shard r, summed from rank r+1 onward.
-    """
-    ws = dist.get_world_size(group)
-    r = dist.get_rank(group)
-    partial = shards[(r - 1) % ws].clone()
-    for s in range(ws - 1):
-        idx_in = (r - s - 2) % ws
-        buf = _exchange((r + 1) % ws, _encode(partial, compress, checksum), (r - 1) % ws, group)
-        incoming = torch.empty_like(shards[idx_in])
-        _decode_into(buf, incoming, compress)
-        partial = incoming + shards[idx_in]
-    return partial
+    return ring(shards, group, lambda t: _encode(t, compress, checksum),
+                lambda buf, out: _decode_into(buf, out, compress), reduce=reduce, gather=gather,
+                global_rank=lambda r: _global(r, group))
 
 
 def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False, *, compress=True,
@@ -307,7 +300,8 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
         if dist.get_world_size(group) == 1:
             output.copy_(input_list[0])
             return
-        output.copy_(_ring_reduce_scatter([t.contiguous() for t in input_list], group, compress, checksum))
+        mine = _ring([t.contiguous().view(-1) for t in input_list], group, compress, checksum)
+        output.view(-1).copy_(mine[dist.get_rank(group)])
     return _run(run, async_op)
 
 
@@ -336,15 +330,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
             for p in parts[1:]:
                 acc = acc + p
         elif algo == "ring":
-            shards = list(torch.tensor_split(flat, ws))
-            mine = _ring_reduce_scatter(shards, group, compress, checksum)
-            r = dist.get_rank(group)
-            bufs = _gather_buffers(_encode(mine, compress, checksum), group)
-            out = [torch.empty_like(s) for s in shards]
-            for j, buf in enumerate(bufs):
-                _decode_into(buf, out[j], compress)
-            out[r] = mine
-            acc = torch.cat(out)
+            acc = torch.cat(_ring(list(torch.tensor_split(flat, ws)), group, compress, checksum, gather=True))
         else:
             raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather or auto")
         tensor.view(-1).copy_(acc)

@@ -239,3 +239,51 @@ def test_dead_rank_raises_clear_error():
 def test_fsdp_pair():
     res = _run(case_fsdp, 4)
     assert all(v is True for v in res.values()), res
+
+
+def case_ring_slices(rank, ws):
+    """The pipelined ring with many tiny slices: same bits as one slice, compressed or not, and the true sum
+    (summed in ring order: shard j from rank j+1 onward)."""
+    import collectives
+    import collectives.ring as ring
+
+    out = {}
+    for slice_bytes in (1 << 20, 1000, 64):
+        ring.RING_SLICE_BYTES = slice_bytes
+        for dt in (torch.bfloat16, torch.float32):
+            for n in (0, 5, 12_345):
+                x = _data(rank, n, dt, seed=3)
+                for compress in (True, False):
+                    y = x.clone()
+                    collectives.all_reduce(y, algorithm="ring", compress=compress)
+                    parts = [_data(j, n, dt, seed=3) for j in range(ws)]
+                    m = n // ws
+                    rs_in = [x[i * m:(i + 1) * m].clone() for i in range(ws)]
+                    rs_out = torch.empty_like(rs_in[rank])
+                    collectives.reduce_scatter(rs_out, rs_in, compress=compress)
+                    out[(slice_bytes, str(dt), n, compress)] = (_bits(y), _bits(rs_out), _bits(x))
+                    if compress:
+                        # the reference: shard j summed from rank j+1 onward, in the tensor's dtype
+                        ref = []
+                        for j, _ in enumerate(torch.tensor_split(x, ws)):
+                            order = [(j + 1 + i) % ws for i in range(ws)]
+                            acc = torch.tensor_split(parts[order[0]], ws)[j].clone()
+                            for o in order[1:]:
+                                acc = torch.tensor_split(parts[o], ws)[j] + acc
+                            ref.append(acc)
+                        out[("ref", str(dt), n)] = _bits(torch.cat(ref)) if n else []
+    return out
+
+
+@pytest.mark.parametrize("ws", [2, 3])
+def test_pipelined_ring_slices_are_bit_identical(ws):
+    res = run_ranks(case_ring_slices, ws)
+    for r in res.values():
+        assert not isinstance(r, str), r
+    for rank, r in res.items():
+        for (sb, dt, n, compress), (y, rs, x) in ((k, v) for k, v in r.items() if k[0] != "ref"):
+            assert x == r[(1 << 20, dt, n, True)][2]                 # the input was not modified
+            assert y == r[(1 << 20, dt, n, True)][0], (sb, dt, n, compress)
+            assert rs == r[(1 << 20, dt, n, True)][1], (sb, dt, n, compress)
+            assert y == r[("ref", dt, n)], (sb, dt, n)                # the sum in ring order
+        assert r[(64, "torch.float32", 12_345, True)][0] == res[0][(64, "torch.float32", 12_345, True)][0]
