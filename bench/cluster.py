@@ -96,6 +96,7 @@ class Cluster:
     def teardown(self):
         for ns in self.hosts:
             _sh("ip", "netns", "del", ns, check=False)
+            _sh("ip", "link", "del", f"{ns}b", check=False)     # a veth outliving its namespace's processes
         _sh("ip", "link", "del", self.bridge, check=False)
         self._up = False
 
@@ -110,7 +111,8 @@ class Cluster:
         base["PYTHONPATH"] = str(REPO) + os.pathsep + base.get("PYTHONPATH", "")
         for i, ns in enumerate(self.hosts):
             e = dict(base, RANK=str(i), WORLD_SIZE=str(len(self.hosts)), MASTER_ADDR=self.addr(0),
-                     MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"{ns}a", LOCAL_RANK="0")
+                     MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"{ns}a", LOCAL_RANK=str(i),
+                     LOCAL_WORLD_SIZE=str(len(self.hosts)))       # all hosts share this machine's cores
             procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, *python_args], env=e,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO))
         outs = []

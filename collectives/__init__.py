@@ -111,7 +111,7 @@ traffic = Traffic()      # process-wide; counts every payload framed by the call
 
 def _encode(t: torch.Tensor, compress: bool, checksum: bool) -> torch.Tensor:
     if not compress:
-        out = t.detach().contiguous().reshape(-1).view(torch.uint8).clone()
+        out = t.detach().contiguous().reshape(-1).view(torch.uint8)     # sent as is: never written to
     else:
         out = torch.frombuffer(codec.encode(t.detach(), checksum=checksum), dtype=torch.uint8)
     traffic.add(t.numel() * t.element_size(), out.numel())
@@ -206,6 +206,9 @@ def _auto(op: str, tensor, group):
 
 
 # ----------------------------------------------------------------------------- collectives
+RING_MIN_NUMEL = 1 << 16     # below this, one padded all_gather of whole streams (fewer messages)
+
+
 def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True, checksum=False):
     """``tensor_list[r]`` = rank r's ``tensor``.  ``compress="auto"``: let the cost model decide."""
     def op():
@@ -213,6 +216,13 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
         _check_agree(tensor, group, "all_gather")
         if compress == "auto":
             compress, _ = _auto("all_gather", tensor, group)
+        ws = dist.get_world_size(group)
+        if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
+            flat = tensor.detach().contiguous().view(-1)
+            for out, part in zip(tensor_list, _ring([flat] * ws, group, compress, checksum, reduce=False,
+                                                    gather=True)):
+                out.view(-1).copy_(part)
+            return
         for out, buf in zip(tensor_list, _gather_buffers(_encode(tensor, compress, checksum), group)):
             _decode_into(buf, out, compress)
     return _run(op, async_op)
@@ -320,7 +330,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
             return
         if compress == "auto":
             compress, algorithm = _auto("all_reduce", tensor, group)
-        algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < (1 << 16) else "ring")
+        algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < RING_MIN_NUMEL else "ring")
         flat = tensor.detach().contiguous().view(-1)
         if algo == "gather":
             parts = [torch.empty_like(flat) for _ in range(ws)]

@@ -86,20 +86,27 @@ def cached_link() -> Link | None:
 
 @functools.cache
 def codec_throughput() -> tuple[float, float]:
-    """(encode, decode) bytes of input per second of this process, measured once."""
+    """(encode, decode) bytes of input per second on one core, measured once (the cost model scales them
+    by :func:`cores_per_rank`)."""
     import ml_dtypes
+    import numba
     import numpy as np
 
     import codec
 
     x = np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16)
-    codec.decode(codec.encode(x[:1 << 16]))
-    t = time.perf_counter()
-    blob = codec.encode(x)
-    te = time.perf_counter() - t
-    t = time.perf_counter()
-    codec.decode(blob)
-    td = time.perf_counter() - t
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        codec.decode(codec.encode(x[:1 << 16]))
+        t = time.perf_counter()
+        blob = codec.encode(x)
+        te = time.perf_counter() - t
+        t = time.perf_counter()
+        codec.decode(blob)
+        td = time.perf_counter() - t
+    finally:
+        numba.set_num_threads(threads)
     return x.nbytes / te, x.nbytes / td
 
 
@@ -112,22 +119,55 @@ def sample_ratio(tensor) -> float:
     return flat.numel() * flat.element_size() / len(codec.encode(flat.contiguous()))
 
 
-def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float) -> dict:
-    """Seconds for a ring all-reduce of ``nbytes`` per rank: 2(N-1) hops of nbytes/N each."""
+def cores_per_rank() -> float:
+    """CPU cores this rank can count on: the cores it may run on, shared by the ranks on this host
+    (``LOCAL_WORLD_SIZE``, as torchrun and bench.cluster set it)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:                                   # not on Linux
+        cores = os.cpu_count() or 1
+    return max(cores / max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1), 0.25)
+
+
+def _overlapped(enc_s: float, dec_s: float, cores: float) -> float:
+    """Codec seconds when the encode and decode threads run side by side on ``cores`` cores."""
+    return max(max(enc_s, dec_s) / min(cores, 1.0), (enc_s + dec_s) / cores)
+
+
+def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
+                       cores: float | None = None) -> dict:
+    """Seconds for the slice-pipelined ring all-reduce of ``nbytes`` per rank: 2(N-1) hops of nbytes/N.
+    The wire, the encode thread and the decode thread overlap, so the slowest of them sets the pace,
+    plus the time to fill the pipeline (one slice through every stage)."""
+    cores = cores_per_rank() if cores is None else cores
     n, hops = world, 2 * (world - 1)
     shard = nbytes / n
     plain = hops * (link.alpha + shard / link.beta)
     wire = hops * (link.alpha + shard / (link.beta * ratio))
-    # reduce-scatter: decode + encode per hop; all-gather: one encode, N-1 decodes
-    codec_s = (n - 1) * shard * (1 / enc + 1 / dec) + shard / enc + (n - 1) * shard / dec
+    # reduce-scatter: N-1 encodes and decodes; all-gather: one encode (bytes are forwarded), N-1 decodes
+    enc_s = n * shard / enc
+    dec_s = 2 * (n - 1) * shard / dec
+    from .ring import slice_size
+
+    piece = min(slice_size(int(shard)), shard)
+    fill = hops * (piece / enc + piece / dec)
+    ring = max(wire, _overlapped(enc_s, dec_s, cores)) + fill
     gather = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + nbytes / enc + (n - 1) * nbytes / dec
-    return {"uncompressed": plain, "compressed-ring": wire + codec_s, "compressed-gather": gather}
+    return {"uncompressed": plain, "compressed-ring": ring, "compressed-gather": gather}
 
 
-def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float) -> dict:
+def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
+                       cores: float | None = None) -> dict:
+    """Seconds for the pipelined ring all-gather: one encode, N-1 forwards and decodes, overlapped."""
+    from .ring import slice_size
+
+    cores = cores_per_rank() if cores is None else cores
     n = world
     plain = (n - 1) * (link.alpha + nbytes / link.beta)
-    comp = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + nbytes / enc + (n - 1) * nbytes / dec
+    wire = (n - 1) * (link.alpha + nbytes / (link.beta * ratio))
+    piece = min(slice_size(nbytes), nbytes)
+    fill = (n - 1) * (piece / enc + piece / dec)
+    comp = max(wire, _overlapped(nbytes / enc, (n - 1) * nbytes / dec, cores)) + fill
     return {"uncompressed": plain, "compressed-gather": comp}
 
 
