@@ -67,25 +67,27 @@ def main(argv=None) -> int:
                 continue
             y = torch.empty_like(x)
 
-            def p2p(mode):
+            def p2p(mode, split=True):
                 def f():
                     if mode == "torch":
                         (dist.send(x, 1) if rank == 0 else dist.recv(y, 0))
                     elif rank == 0:
-                        collectives.send(x, 1, compress=mode)
+                        collectives.send(x, 1, compress=mode, split=split)
                     else:
                         collectives.recv(y, 0, compress=mode)
                 return f
             t_torch = _timed(p2p("torch"), a.reps)
             t_plain = _timed(p2p(False), a.reps)
-            t_zip = _timed(p2p(True), a.reps)
-            flag = torch.tensor([int(rank == 0 or torch.equal(y.view(torch.int16), _data(numel, 0).view(torch.int16)))])
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)          # the receiver's check, known to rank 0
-            ok = bool(flag)
-            rows.append({"op": "send/recv (pipelined)", "MiB": a.size_mib, "ranks": ws, "ratio": ratio,
-                         "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
-                         "speedup_vs_torch": t_torch / t_zip, "auto_s": float("nan"), "auto_choice": "-",
-                         "auto_vs_best": float("nan"), "link_MBps": link.beta / 1e6, "bit_identical": bool(ok)})
+            for name, split in (("send/recv split-send", True), ("send/recv pipelined, whole slices", False)):
+                y.zero_()
+                t_zip = _timed(p2p(True, split), a.reps)
+                flag = torch.tensor([int(rank == 0 or torch.equal(y.view(torch.int16),
+                                                                   _data(numel, 0).view(torch.int16)))])
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN)          # the receiver's check, known to rank 0
+                rows.append({"op": name, "MiB": a.size_mib, "ranks": ws, "ratio": ratio,
+                             "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
+                             "speedup_vs_torch": t_torch / t_zip, "auto_s": float("nan"), "auto_choice": "-",
+                             "auto_vs_best": float("nan"), "link_MBps": link.beta / 1e6, "bit_identical": bool(flag)})
             continue
         if op == "all_reduce":
             outs = {}

@@ -24,7 +24,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--plan", default="100:16,1000:64,0:64", help="rate_mbit:size_mib,...")
+    ap.add_argument("--plan", default="100:16,1000:64,10000:64,0:64", help="rate_mbit:size_mib,...")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--p2p", default="1000:256", help="rate_mbit:size_mib for the 2-host send/recv run ('' to skip)")
     a = ap.parse_args(argv)

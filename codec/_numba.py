@@ -687,3 +687,58 @@ def _freqs64():
     if _FREQS64 is None:
         _FREQS64 = load_family().freqs.astype(np.int64)
     return _FREQS64
+
+
+# ----------------------------------------------------------------------- split-send planes
+@njit(cache=True, nogil=True)
+def pack_low_bits(words, width, out):
+    """The low ``width`` bits of every word, packed as the codec packs planes (``width // 8`` byte
+    planes, low byte first, then the remaining bits little-endian); ``out`` has packed_nbytes bytes."""
+    n = words.shape[0]
+    full = width // 8
+    rem = width % 8
+    for b in range(full):
+        for i in range(n):
+            out[b * n + i] = (np.int64(words[i]) >> (8 * b)) & 0xFF
+    if rem:
+        q = full * n
+        acc = 0
+        nacc = 0
+        mask = (1 << rem) - 1
+        for i in range(n):
+            acc |= ((np.int64(words[i]) >> (8 * full)) & mask) << nacc
+            nacc += rem
+            if nacc >= 32:
+                _put32(out, q, acc & 0xFFFFFFFF)
+                q += 4
+                acc >>= 32
+                nacc -= 32
+        while nacc > 0:
+            out[q] = acc & 0xFF
+            q += 1
+            acc >>= 8
+            nacc -= 8
+
+
+@njit(cache=True, nogil=True)
+def or_low_bits(buf, width, words):
+    """Inverse of :func:`pack_low_bits`: OR the packed low bits back into ``words`` in place."""
+    n = words.shape[0]
+    full = width // 8
+    rem = width % 8
+    for b in range(full):
+        for i in range(n):
+            words[i] |= np.int64(buf[b * n + i]) << (8 * b)
+    if rem:
+        q = full * n
+        acc = 0
+        nacc = 0
+        mask = (1 << rem) - 1
+        for i in range(n):
+            while nacc < rem:
+                acc |= np.int64(buf[q]) << nacc
+                q += 1
+                nacc += 8
+            words[i] |= (acc & mask) << (8 * full)
+            acc >>= rem
+            nacc -= rem

@@ -245,18 +245,62 @@ def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksu
 
 
 PIPELINE_SLICE_BYTES = 8 << 20     # send/recv pipeline: encode slice i+1 while slice i is on the wire
+_UINT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
-def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes: int = PIPELINE_SLICE_BYTES):
+def _as_numpy(t: torch.Tensor):
+    """A NumPy view of a CPU tensor with the matching NumPy/ml_dtypes float dtype."""
+    from codec.layouts import layout_for
+
+    return t.view(_UINT[t.element_size()]).numpy().view(layout_for(t.dtype).numpy_dtype)
+
+
+def _split_encode(part: torch.Tensor, checksum: bool):
+    """Split-send of one slice: (low-bit plane, sent at once; a future of the coded head)."""
+    from codec.planes import split_low
+
+    head, low = split_low(_as_numpy(part))
+    traffic.add(part.numel() * part.element_size() - head.nbytes, low.nbytes)
+    return torch.from_numpy(low), head
+
+
+def _encode_head(head, checksum: bool) -> torch.Tensor:
+    out = torch.frombuffer(codec.encode(head, checksum=checksum), dtype=torch.uint8)
+    traffic.add(head.nbytes, out.numel())
+    return out
+
+
+def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes: int = PIPELINE_SLICE_BYTES,
+         split: bool = True):
     """Point-to-point send (blocking), pipelined: the tensor goes in slices of ``slice_bytes``; the
     next slice is encoded (GIL released) while the previous one is being sent, and the receiver
-    decodes slice i while slice i+1 arrives.  The receiver calls :func:`recv` with a same-shape tensor."""
+    decodes slice i while slice i+1 arrives.  The receiver calls :func:`recv` with a same-shape tensor.
+
+    ``split=True`` (with compression; UCCL-Zip's split-send): each slice's low mantissa bits, which
+    no entropy coder can shrink, go on the wire at once as a packed plane (:mod:`codec.planes`)
+    while the rest of the slice (sign, exponent, leading mantissa bit) is being coded; the coded
+    part follows.  Same bytes in total as coding the whole slice, but the wire starts right away."""
     def op():
         flat = tensor.detach().contiguous().view(-1)
         n_slices = max(1, -(-flat.numel() * flat.element_size() // slice_bytes))
         parts = torch.tensor_split(flat, n_slices)
-        dist.send(torch.tensor([n_slices], dtype=torch.int64), dst, group=group)
+        use_split = bool(compress and split and flat.numel())
+        dist.send(torch.tensor([n_slices, int(use_split)], dtype=torch.int64), dst, group=group)
         with ThreadPoolExecutor(1, thread_name_prefix="zipccl-encode") as pool:
+            if use_split:
+                low, head = _split_encode(parts[0], checksum)
+                fut = pool.submit(_encode_head, head, checksum)
+                for i in range(n_slices):
+                    dist.send(low, dst, group=group)                 # while the head is being coded
+                    if i + 1 < n_slices:
+                        low, head = _split_encode(parts[i + 1], checksum)
+                        nxt = pool.submit(_encode_head, head, checksum)
+                    payload = fut.result()
+                    dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group)
+                    dist.send(payload, dst, group=group)
+                    if i + 1 < n_slices:
+                        fut = nxt
+                return
             fut = pool.submit(_encode, parts[0], compress, checksum)
             for i in range(n_slices):
                 payload = fut.result()
@@ -267,23 +311,44 @@ def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes:
     _run(op, False)
 
 
+def _join_into(low: torch.Tensor, payload: torch.Tensor, out: torch.Tensor) -> None:
+    from codec.planes import join_low
+
+    _as_numpy(out.view(-1))[:] = join_low(codec.decode(payload.numpy()), low.numpy()).reshape(-1)
+
+
 def recv(tensor, src, group=None, *, compress=True, checksum=False):
-    """Receive what :func:`send` sent into ``tensor``; returns ``src``."""
+    """Receive what :func:`send` sent (split or not) into ``tensor``; returns ``src``."""
     def op():
+        from codec.layouts import layout_for, packed_nbytes
+
         flat = tensor.view(-1)
-        n = torch.empty(1, dtype=torch.int64)
-        dist.recv(n, src, group=group)
-        n_slices = int(n)
-        if not 1 <= n_slices <= max(1, flat.numel()):
-            raise ValueError(f"recv: sender announced {n_slices} slices for {flat.numel()} values")
+        hdr = torch.empty(2, dtype=torch.int64)
+        dist.recv(hdr, src, group=group)
+        n_slices, use_split = int(hdr[0]), int(hdr[1])
+        if not 1 <= n_slices <= max(1, flat.numel()) or use_split not in (0, 1) or (use_split and not compress):
+            raise ValueError(f"recv: sender announced {n_slices} slices (split={use_split}) for {flat.numel()} "
+                             f"values (compress={compress})")
         parts = torch.tensor_split(flat, n_slices)
+        n = torch.empty(1, dtype=torch.int64)
         with ThreadPoolExecutor(1, thread_name_prefix="zipccl-decode") as pool:
             pending = []
-            for i in range(n_slices):
+            for part in parts:
+                low = None
+                if use_split:
+                    low = torch.empty(packed_nbytes(part.numel(), layout_for(part.dtype).man_bits - 1),
+                                      dtype=torch.uint8)
+                    dist.recv(low, src, group=group)
                 dist.recv(n, src, group=group)
+                limit = 2 * part.numel() * part.element_size() + 4096
+                if not 0 <= int(n) <= limit:
+                    raise ValueError(f"recv: sender announced a {int(n)}-byte frame for {part.numel()} values")
                 payload = torch.empty(int(n), dtype=torch.uint8)
                 dist.recv(payload, src, group=group)
-                pending.append(pool.submit(_decode_into, payload, parts[i], compress))
+                if use_split:
+                    pending.append(pool.submit(_join_into, low, payload, part))
+                else:
+                    pending.append(pool.submit(_decode_into, payload, part, compress))
             for f in pending:
                 f.result()
     _run(op, False)

@@ -65,19 +65,37 @@ def case_all(rank, ws):
     return out
 
 
+def _special(n, dt, seed):
+    """Gaussian values with raw random words (NaN payloads, -0, subnormals, infinities) mixed in."""
+    x = _data(seed, n, dt)
+    w = x.view(_UINT_T[x.element_size()])
+    g = torch.Generator().manual_seed(seed)
+    w[::13] = torch.randint(-(1 << (8 * x.element_size() - 1)), 1 << (8 * x.element_size() - 1),
+                            (w[::13].numel(),), generator=g, dtype=torch.int64).to(w.dtype)
+    return x
+
+
+_UINT_T = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+
 def case_p2p(rank, ws):
     import collectives
 
-    x = _data(rank, 5000, torch.bfloat16)
-    if rank == 0:
-        collectives.send(x, 1, checksum=True)
-        collectives.send(x, 1, slice_bytes=999)                 # 11 pipelined slices
-        return None
-    y, z = torch.empty_like(x), torch.empty_like(x)
-    collectives.recv(y, 0, checksum=True)
-    collectives.recv(z, 0)
-    want = _bits(_data(0, 5000, torch.bfloat16))
-    return _bits(y) == want and _bits(z) == want
+    out = []
+    for dt in DTYPES:
+        for n in (0, 1, 5000):
+            x = _special(n, dt, 7)
+            ref = _bits(x)
+            for kw in ({"checksum": True}, {"slice_bytes": 999}, {"split": False, "slice_bytes": 999},
+                       {"compress": False}):
+                if rank == 0:
+                    collectives.send(x, 1, **kw)
+                    out.append(_bits(x) == ref)                        # the input was not modified
+                else:
+                    y = torch.empty_like(x)
+                    collectives.recv(y, 0, **{k: v for k, v in kw.items() if k in ("checksum", "compress")})
+                    out.append((str(dt), n, str(kw), _bits(y) == ref))
+    return out
 
 
 def case_mismatch(rank, ws):
@@ -203,8 +221,13 @@ def test_collectives_bit_identical_to_uncompressed(ws):
 
 
 def test_send_recv():
+    """Pipelined and split-send point-to-point, every dtype, special words: bit-exact, input untouched."""
     res = _run(case_p2p, 2)
-    assert res[1] is True, res
+    for r in res.values():
+        assert not isinstance(r, str), r
+    assert all(res[0]) and len(res[0]) == 48
+    bad = [c for c in res[1] if not c[-1]]
+    assert not bad and len(res[1]) == 48
 
 
 def test_mismatched_shapes_name_the_ranks():

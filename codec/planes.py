@@ -1,0 +1,45 @@
+"""Split-send planes: a float tensor as (head, low bits), so the low bits can go on the wire first.
+
+``split_low(x)`` returns ``head`` (the same words with their low ``M-1`` mantissa bits cleared:
+sign, exponent and leading mantissa bit remain, which is all the codec models) and ``low`` (those
+``M-1`` bits of every value, packed like a codec plane: nearly incompressible, ready to send at once).
+``codec.encode(head)`` costs what coding ``x`` costs minus its residual bits, so
+``len(low) + len(encode(head))`` is about ``len(encode(x))``; ``join_low(decode(head_stream), low)``
+restores ``x`` bit for bit (NaN payloads included: a payload in the low bits travels in ``low``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _numba
+from .layouts import layout_for, packed_nbytes
+
+
+def low_width(dtype) -> int:
+    return layout_for(dtype).man_bits - 1
+
+
+def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(head, low)``: ``head`` has ``x``'s dtype and shape; ``low`` is uint8.  ``x`` is not modified."""
+    lay = layout_for(x.dtype)
+    words = np.ascontiguousarray(x).reshape(-1).view(lay.uint)
+    width = lay.man_bits - 1
+    low = np.empty(packed_nbytes(words.size, width), np.uint8)
+    _numba.pack_low_bits(words, width, low)
+    head = words & lay.uint.type(~((1 << width) - 1) & ((1 << (8 * lay.uint.itemsize)) - 1))
+    return head.view(x.dtype).reshape(x.shape), low
+
+
+def join_low(head: np.ndarray, low) -> np.ndarray:
+    """Inverse of :func:`split_low` (returns a new array)."""
+    lay = layout_for(head.dtype)
+    width = lay.man_bits - 1
+    words = np.ascontiguousarray(head).reshape(-1).view(lay.uint).copy()
+    low = np.frombuffer(memoryview(low).cast("B"), np.uint8)
+    if low.size != packed_nbytes(words.size, width):
+        from .format import FormatError
+
+        raise FormatError(f"low-bit plane has {low.size} bytes, {packed_nbytes(words.size, width)} expected "
+                          f"for {words.size} values of {width} bits")
+    _numba.or_low_bits(low, width, words)
+    return words.view(head.dtype).reshape(head.shape)
