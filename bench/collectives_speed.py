@@ -53,8 +53,10 @@ def main(argv=None) -> int:
         f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {a.p2p} --reps {a.reps}`. "
         f"{a.ranks} ranks (2 for send/recv) in network namespaces on one 2-core machine, links shaped with tc/tbf; "
         "times are best of reps; speed-up = torch time / zipccl compressed time; `auto` = compress=\"auto\" "
-        "(alpha-beta cost model after calibration), `auto_vs_best` = its time / the better of zipccl "
-        "uncompressed and compressed.\n\n" + table + "\n")
+        "(alpha-beta cost model after calibration; when it turns compression off it runs torch's own "
+        "collective), `auto_vs_best` = its time / the best of torch gloo, zipccl uncompressed and zipccl "
+        "compressed. Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
+        "whole-slice coding, both pipelined in 8 MiB slices.\n\n" + table + "\n")
     try:
         import matplotlib
 

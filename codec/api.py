@@ -65,19 +65,70 @@ def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
 ENCODE_GROUP_BYTES = 16 << 20   # input encoded per backend call: bounds the scratch to 16 MiB
 
 
-def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto") -> bytearray:
+def partition(numel: int, parts: int, dtype, *, chunk_size: int | None = None) -> list[int]:
+    """Boundaries ``[0, b1, ..., numel]`` of ``parts`` near-equal shards that fall on chunk boundaries,
+    for collectives that split a tensor into shards (and shards into slices of whole chunks).
+
+    ``encode(x, partition=bounds)`` then writes each shard as one contiguous byte range that
+    :func:`shard_streams` cuts out as a standalone stream, without decoding or re-encoding.
+    """
+    if parts < 1 or numel < 0:
+        raise ValueError(f"need parts >= 1 and numel >= 0, got parts={parts}, numel={numel}")
+    cs = chunk_size or default_chunk_size(layout_for(dtype))
+    share = -(-numel // parts)                       # ceil(numel / parts) values per shard...
+    per = -(-share // cs) * cs                       # ...rounded up to whole chunks
+    return [min(i * per, numel) for i in range(parts)] + [numel]
+
+
+def _partition_chunk_size(bounds, numel: int, default: int) -> int:
+    b = [int(v) for v in bounds]
+    if not b or b[0] != 0 or b[-1] != numel or any(x > y for x, y in zip(b, b[1:])):
+        raise ValueError(f"partition must rise from 0 to numel={numel}, got {b[:8]}{'...' if len(b) > 8 else ''}")
+    g = 0
+    for v in b[1:-1]:
+        if 0 < v < numel:                            # the ends are chunk boundaries whatever the size
+            g = math.gcd(g, v)
+    cs = math.gcd(g, default) if g else default
+    if cs < min(default, 1024) and numel > cs:
+        raise ValueError(f"partition boundaries share no chunk size >= 1024 (largest common: {cs}): use "
+                         "codec.partition(numel, parts, dtype) for chunk-aligned shards")
+    return cs
+
+
+def shard_streams(buf, bounds) -> list[bytes]:
+    """Standalone streams of the shards ``[bounds[i], bounds[i+1])`` of a 1-D view of ``buf``'s tensor;
+    every interior boundary must fall on a chunk boundary (see :func:`partition`)."""
+    h = fmt.parse_header(buf)
+    if [int(bounds[0]), int(bounds[-1])] != [0, h.numel]:
+        raise ValueError(f"bounds must run from 0 to {h.numel}")
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        a, b = int(a), int(b)
+        if (a % h.chunk_size and a != h.numel) or (b % h.chunk_size and b != h.numel) or b < a:
+            raise ValueError(f"shard [{a}, {b}) does not fall on chunk boundaries (chunk size {h.chunk_size})")
+        first = -(-a // h.chunk_size)
+        out.append(slice_stream(buf, first, max(first, -(-b // h.chunk_size))))
+    return out
+
+
+def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto",
+           partition: list[int] | None = None) -> bytearray:
     """Compress a float tensor losslessly.
 
     x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
     bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
     chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
     checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
+    partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
+    chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).
     Returns the stream (format: :mod:`codec.format`) as a ``bytearray``, built in place: peak
     extra memory is about the output plus 16 MiB.  ``x`` is never modified.
     """
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
         chunk_size = default_chunk_size(lay)
+    if partition is not None:
+        chunk_size = _partition_chunk_size(partition, len(words), chunk_size)
     if not 1 <= chunk_size <= fmt.MAX_CHUNK_SIZE:
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
     if len(shape) > fmt.MAX_NDIM:

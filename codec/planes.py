@@ -19,6 +19,20 @@ def low_width(dtype) -> int:
     return layout_for(dtype).man_bits - 1
 
 
+def worth_splitting(x: np.ndarray, sample: int = 1 << 16) -> bool:
+    """Whether split-send costs (almost) no ratio on ``x``, judged on its first ``sample`` values by coding
+    them both ways.  The low plane spends ``M-1`` bits on every value, which whole-value coding does not
+    for zeros, constants or RAW chunks; never for the float8 formats (1-2 low bits: nothing to gain)."""
+    from .api import encode
+
+    lay = layout_for(x.dtype)
+    if lay.man_bits - 1 < 6:
+        return False
+    part = np.ascontiguousarray(x).reshape(-1)[:sample]
+    head, low = split_low(part)
+    return len(encode(head)) + low.size <= len(encode(part)) * 1.005 + 64
+
+
 def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(head, low)``: ``head`` has ``x``'s dtype and shape; ``low`` is uint8.  ``x`` is not modified."""
     lay = layout_for(x.dtype)

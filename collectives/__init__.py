@@ -202,7 +202,9 @@ def _auto(op: str, tensor, group):
     dist.broadcast(code, _global(0, group), group=group)
     choice = _CHOICES[int(code)]
     last_decision = d if d is not None else strategy.Decision(op, choice)
-    return choice != "uncompressed", ("gather" if choice == "compressed-gather" else "ring")
+    if choice == "uncompressed":
+        return False, "native"            # compression does not pay: torch's own collective is fastest
+    return True, ("gather" if choice == "compressed-gather" else "ring")
 
 
 # ----------------------------------------------------------------------------- collectives
@@ -215,7 +217,10 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
         nonlocal compress
         _check_agree(tensor, group, "all_gather")
         if compress == "auto":
-            compress, _ = _auto("all_gather", tensor, group)
+            compress, how = _auto("all_gather", tensor, group)
+            if how == "native":
+                dist.all_gather(tensor_list, tensor, group=group)
+                return
         ws = dist.get_world_size(group)
         if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
             flat = tensor.detach().contiguous().view(-1)
@@ -279,12 +284,16 @@ def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes:
     ``split=True`` (with compression; UCCL-Zip's split-send): each slice's low mantissa bits, which
     no entropy coder can shrink, go on the wire at once as a packed plane (:mod:`codec.planes`)
     while the rest of the slice (sign, exponent, leading mantissa bit) is being coded; the coded
-    part follows.  Same bytes in total as coding the whole slice, but the wire starts right away."""
+    part follows.  Same bytes in total as coding the whole slice, but the wire starts right away.
+    Used where it costs no ratio (:func:`codec.planes.worth_splitting`: not for float8, not for
+    tensors with many zeros); otherwise whole slices are coded."""
     def op():
         flat = tensor.detach().contiguous().view(-1)
         n_slices = max(1, -(-flat.numel() * flat.element_size() // slice_bytes))
         parts = torch.tensor_split(flat, n_slices)
-        use_split = bool(compress and split and flat.numel())
+        from codec.planes import worth_splitting
+
+        use_split = bool(compress and split and flat.numel() and worth_splitting(_as_numpy(parts[0])))
         dist.send(torch.tensor([n_slices, int(use_split)], dtype=torch.int64), dst, group=group)
         with ThreadPoolExecutor(1, thread_name_prefix="zipccl-encode") as pool:
             if use_split:
@@ -382,8 +391,11 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algorithm="auto", compress=True,
                checksum=False):
-    """In-place sum over ranks.  ``algorithm``: "ring", "gather" or "auto" (gather below 64K values);
-    ``compress="auto"``: the cost model of :mod:`collectives.strategy` picks compression and algorithm."""
+    """In-place sum over ranks.  ``algorithm``: "ring", "gather", "auto" (gather below 64K values) or
+    "native" (torch's own all_reduce, uncompressed only).  ``compress="auto"``: the cost model of
+    :mod:`collectives.strategy` picks; where compression does not pay it runs "native", whose
+    summation order is gloo's (pass ``compress=False`` for this module's ring order, bit-identical to
+    the compressed ring)."""
     if op != dist.ReduceOp.SUM:
         raise NotImplementedError("only ReduceOp.SUM is supported")
 
@@ -396,6 +408,14 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         if compress == "auto":
             compress, algorithm = _auto("all_reduce", tensor, group)
         algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < RING_MIN_NUMEL else "ring")
+        if algo == "native":
+            if compress:
+                raise ValueError("algorithm='native' is torch's own all_reduce: use compress=False or 'auto'")
+            t = tensor if tensor.is_contiguous() else tensor.contiguous()
+            dist.all_reduce(t, group=group)
+            if t is not tensor:
+                tensor.copy_(t)
+            return
         flat = tensor.detach().contiguous().view(-1)
         if algo == "gather":
             parts = [torch.empty_like(flat) for _ in range(ws)]
@@ -407,7 +427,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         elif algo == "ring":
             acc = torch.cat(_ring(list(torch.tensor_split(flat, ws)), group, compress, checksum, gather=True))
         else:
-            raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather or auto")
+            raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather, native or auto")
         tensor.view(-1).copy_(acc)
     return _run(run, async_op)
 
