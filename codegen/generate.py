@@ -2,7 +2,7 @@
 
 A target is ``(dialect, dtype, arch)``.  Templates (``codegen/templates``) hold the kernel
 logic; rendering only injects constants (exponent/mantissa widths, table sizes, symbol ids).
-Each rendered file is named ``{dialect}_decode_{dtype}[_{arch}]_{hash}`` where the hash covers
+Each rendered file is named ``{dialect}_{codec|decode}_{dtype}[_{arch}]_{hash}`` where the hash covers
 (package version, format version, codebook family version, dtype, arch, template text), is
 written only if it changed, under an exclusive file lock, in
 ``$ZIPCCL_CODEGEN_CACHE`` (default ``~/.cache/zipccl/codegen``).  With
@@ -30,6 +30,7 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32":
                  "e4m3": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
                  "fp8_e5m2": "float8_e5m2"}
 _EXT = {"triton": ".py", "cuda": ".cu"}
+_KIND = {"triton": "codec", "cuda": "decode"}      # the Triton module holds the decoder and the rANS encoder
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32"}
 _CUDA_UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
@@ -46,7 +47,7 @@ def constants(dtype: str) -> dict:
         "BITS": 8 * lay.itemsize, "OUT_T": _UINT[lay.itemsize], "CUDA_OUT_T": _CUDA_UINT[lay.itemsize],
         "MAX_FULL": max(1, lay.man_bits // 8),
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
-        "N_SYMBOLS": cbk.N_SYMBOLS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
+        "N_SYMBOLS": cbk.N_SYMBOLS, "RENORM_SHIFT": 32 - cbk.PROB_BITS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
         "N_META": 14, "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION,
     }
 
@@ -57,11 +58,11 @@ def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]
         raise ValueError(f"unknown dialect {dialect!r}; one of {DIALECTS}")
     if dialect == "cuda" and arch not in ARCHS:
         raise ValueError(f"CUDA needs an arch, one of {ARCHS}")
-    template = (TEMPLATES / f"{dialect}_decode{_EXT[dialect]}.tmpl").read_text()
+    template = (TEMPLATES / f"{dialect}_{_KIND[dialect]}{_EXT[dialect]}.tmpl").read_text()
     consts = constants(dtype)
     ident = "|".join([codec.__version__, str(consts), arch or "", template])
     digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
-    name = f"{dialect}_decode_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
+    name = f"{dialect}_{_KIND[dialect]}_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
     source = template.format(key=name, arch=arch or "any arch", **consts)
     return name + _EXT[dialect], source
 

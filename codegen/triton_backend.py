@@ -1,6 +1,9 @@
-"""Decode through the generated Triton kernels (GPU, or the CPU interpreter with TRITON_INTERPRET=1).
+"""Encode and decode through the generated Triton kernels (GPU, or the CPU interpreter with
+TRITON_INTERPRET=1).
 
-Same contract as :func:`reference.decode_chunks`.  The host validates every chunk header
+Encoding: the reference encoder's per-chunk analysis on the host, the rANS coding of all chunks
+in one launch of the generated ``rans_encode_chunks`` (still to move to the device: statistics,
+symbols and planes).  Decoding has the same contract as :func:`reference.decode_chunks`.  The host validates every chunk header
 (:func:`codec.format.parse_chunk_head`), builds the clipped decode tables, and launches one
 program per CODED chunk; RAW and CONST chunks are copied on the host.  The kernel checks the
 rANS invariants (words used, final states, counts) and reports per chunk; a failure raises
@@ -42,11 +45,31 @@ def _tables(cb, ref, lay):
     return entries, hi
 
 
-def encode_chunks(words, lay, chunk_size):
-    """No generated encoder yet: the numba encoder writes the same bytes."""
-    from codec import _numba
+def rans_encode(sym: np.ndarray, freq: np.ndarray, cum: np.ndarray, k: int, *, dtype: str = "bfloat16"):
+    """:func:`reference.codec.rans_encode` on the generated Triton kernel (one program per chunk)."""
+    import torch
 
-    return _numba.encode_chunks(words, lay, chunk_size)
+    c, n = sym.shape
+    dev = _device()
+    cap = n + k                                        # at most one word per symbol, plus slack
+    states = torch.zeros((c, fmt.MAX_LANES), dtype=torch.int64, device=dev)
+    emitted = torch.zeros((c, cap), dtype=torch.int64, device=dev)
+    count = torch.zeros(c, dtype=torch.int64, device=dev)
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=dev)  # noqa: E731
+    load_triton(dtype).rans_encode_chunks[(c,)](t(sym), t(freq), t(cum), states, emitted, count, n, k, cap)
+    states = states.cpu().numpy()[:, :k].astype(np.uint32)
+    em = emitted.cpu().numpy()
+    cnt = count.cpu().numpy()
+    return states, [em[i, :cnt[i]][::-1].astype(np.uint16) for i in range(c)]
+
+
+def encode_chunks(words, lay, chunk_size):
+    """The reference encoder's analysis (statistics, codebook, symbols, planes) on the host, the rANS
+    coding of every chunk in the generated Triton kernel: the same bytes as every backend."""
+    from reference import codec as ref
+
+    return ref.encode_chunks(words, lay, chunk_size,
+                             rans=lambda sym, freq, cum, k: rans_encode(sym, freq, cum, k, dtype=lay.name))
 
 
 def decode_chunks(h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:

@@ -150,8 +150,10 @@ def _trailing_zeros(v: int, limit: int) -> int:
     return t
 
 
-def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list[bytes]]:
-    """Kinds and payloads of every chunk of the 1-D unsigned ``words``."""
+def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=None) -> tuple[np.ndarray, list[bytes]]:
+    """Kinds and payloads of every chunk of the 1-D unsigned ``words``.  ``rans``: an implementation of
+    :func:`rans_encode` with the same contract (the generated GPU kernels plug in here)."""
+    rans = rans or rans_encode
     fam = load_family()
     numel = len(words)
     n_chunks = -(-numel // chunk_size)
@@ -170,9 +172,9 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple
         rows = np.flatnonzero(~const)
         if not len(rows):
             continue
-        candidates = [_coded_payloads(block[rows], lay, fam)]
+        candidates = [_coded_payloads(block[rows], lay, fam, rans=rans)]
         for mode in ZERO_BLOCK_MODES:
-            candidates.append(_sparse_payloads(block[rows], mode, lay, fam))
+            candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans))
         for j, row in enumerate(rows):
             best = min((c[j] for c in candidates if c[j] is not None), key=len)   # first on ties
             if len(best) >= n * lay.itemsize:
@@ -184,7 +186,7 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple
     return kinds, payloads
 
 
-def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam) -> list[bytes | None]:
+def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans) -> list[bytes | None]:
     """Payloads with a zero-block bitmap of ``2^mode``-value blocks, where it may pay (else None)."""
     n = block.shape[1]
     size = 1 << mode
@@ -196,7 +198,7 @@ def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam) -> lis
             out.append(None)
             continue
         bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
-        out.append(_coded_payloads(row[kept][None, :], lay, fam, mode=mode, bitmaps=[bitmap])[0])
+        out.append(_coded_payloads(row[kept][None, :], lay, fam, mode=mode, bitmaps=[bitmap], rans=rans)[0])
     return out
 
 
@@ -209,7 +211,8 @@ def zero_block_flags(row: np.ndarray, size: int) -> np.ndarray:
     return ~padded.reshape(nb, size).any(axis=1)
 
 
-def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bitmaps=None) -> list[bytes]:
+def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bitmaps=None,
+                    rans=rans_encode) -> list[bytes]:
     """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded)."""
     n = sub.shape[1]
     M = lay.man_bits
@@ -228,7 +231,7 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
     sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)
     cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
-    states, words = rans_encode(sym, freq, cum, lanes(n))
+    states, words = rans(sym, freq, cum, lanes(n))
     out = []
     for j, (cb, ref) in enumerate(heads):
         keep = sym[j] != SYM_ZERO
