@@ -2,7 +2,7 @@
 
 A target is ``(dialect, dtype, arch)``.  Templates (``codegen/templates``) hold the kernel
 logic; rendering only injects constants (exponent/mantissa widths, table sizes, symbol ids).
-Each rendered file is named ``{dialect}_{codec|decode}_{dtype}[_{arch}]_{hash}`` where the hash covers
+Each rendered file is named ``{dialect}_codec_{dtype}[_{arch}]_{hash}`` where the hash covers
 (package version, format version, codebook family version, dtype, arch, template text), is
 written only if it changed, under an exclusive file lock, in
 ``$ZIPCCL_CODEGEN_CACHE`` (default ``~/.cache/zipccl/codegen``).  With
@@ -30,7 +30,7 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32":
                  "e4m3": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
                  "fp8_e5m2": "float8_e5m2"}
 _EXT = {"triton": ".py", "cuda": ".cu"}
-_KIND = {"triton": "codec", "cuda": "decode"}      # the Triton module holds the decoder and the rANS encoder
+_KIND = {"triton": "codec", "cuda": "codec"}      # each source holds the decoder and the rANS encoder core
 _UINT = {1: "uint8", 2: "uint16", 4: "uint32"}
 _CUDA_UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 

@@ -33,7 +33,7 @@ def test_cuda_compiles_with_nvrtc(dtype, arch):
     cubin = gen.compile_cuda(dtype, arch, output="cubin")
     assert len(cubin) > 1000
     ptx = gen.compile_cuda(dtype, arch, output="ptx").decode()
-    assert f".target {arch}" in ptx and f"zipccl_decode_{dtype}" in ptx
+    assert f".target {arch}" in ptx and f"zipccl_decode_{dtype}" in ptx and f"zipccl_rans_encode_{dtype}" in ptx
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -91,7 +91,7 @@ def test_cache_writes_once_and_offline_mode(tmp_path, monkeypatch):
     mtime = p1.stat().st_mtime_ns
     p2 = gen.generate("cuda", "bfloat16", "sm_90")
     assert p1 == p2 and p2.stat().st_mtime_ns == mtime
-    assert re.fullmatch(r"cuda_decode_bfloat16_sm_90_[0-9a-f]{12}\.cu", p1.name)
+    assert re.fullmatch(r"cuda_codec_bfloat16_sm_90_[0-9a-f]{12}\.cu", p1.name)
     monkeypatch.setenv("ZIPCCL_CODEGEN_OFFLINE", "1")
     assert gen.generate("cuda", "bf16", "sm_90") == p1
     with pytest.raises(FileNotFoundError, match="OFFLINE"):
@@ -106,8 +106,10 @@ def test_generated_sources_lint():
         if dialect == "cuda":
             assert "#include" not in src                                   # NVRTC has no standard headers
             assert "malloc" not in src and "new " not in src
-            kernel = re.search(r"zipccl_decode_\w+", src).group(0)
-            assert src.count(kernel) == 1                                  # no recursion
+            kernels = re.findall(r"zipccl_(?:decode|rans_encode)_\w+(?=\()", src)
+            assert len(kernels) == 2
+            for kernel in kernels:
+                assert src.count(kernel + "(") == 1                        # no recursion
         else:
             for load in re.findall(r"tl\.load\((?:[^()]|\([^()]*\))*\)", src):
                 assert "mask=" in load or "mrow" in load, load                # every data load is masked
@@ -117,7 +119,7 @@ def test_cli_generates_and_lists(tmp_path, capsys):
     from codegen.__main__ import main
 
     assert main(["--dtype", "e5m2", "--dialect", "cuda", "--arch", "sm_100", "--out", str(tmp_path)]) == 0
-    assert len(list(tmp_path.glob("cuda_decode_float8_e5m2_sm_100_*.cu"))) == 1
+    assert len(list(tmp_path.glob("cuda_codec_float8_e5m2_sm_100_*.cu"))) == 1
     assert main(["--list", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "generated  cuda_decode_float8_e5m2_sm_100" in out and "missing" in out
+    assert "generated  cuda_codec_float8_e5m2_sm_100" in out and "missing" in out
