@@ -75,7 +75,9 @@ class Cluster:
                 _sh("ip", "-n", ns, "link", "set", inner, "up")
                 _sh("ip", "-n", ns, "link", "set", "lo", "up")
                 if rate > 0:                                       # 0: unshaped veth
-                    burst = max(32_000, int(rate * 1e6 / 8 / 250))    # ~4 ms of traffic, at least 32 kB
+                    # ~4 ms of traffic, and never less than one 64 KiB GSO super-packet plus headers:
+                    # tbf drops any packet larger than its burst (slow links collapsed below ~50 Mbit/s)
+                    burst = max(70_000, int(rate * 1e6 / 8 / 250))
                     _sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inner, "root", "tbf",
                         "rate", f"{rate}mbit", "burst", str(burst), "latency", f"{max(self.latency_ms, 1.0) * 50}ms")
         except BaseException:
