@@ -260,8 +260,8 @@ def _as_numpy(t: torch.Tensor):
     return t.view(_UINT[t.element_size()]).numpy().view(layout_for(t.dtype).numpy_dtype)
 
 
-def _split_encode(part: torch.Tensor, checksum: bool):
-    """Split-send of one slice: (low-bit plane, sent at once; a future of the coded head)."""
+def _split_encode(part: torch.Tensor):
+    """Split-send of one slice: (low-bit plane, to send at once; the head, still to be coded)."""
     from codec.planes import split_low
 
     head, low = split_low(_as_numpy(part))
@@ -296,27 +296,23 @@ def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes:
         use_split = bool(compress and split and flat.numel() and worth_splitting(_as_numpy(parts[0])))
         dist.send(torch.tensor([n_slices, int(use_split)], dtype=torch.int64), dst, group=group)
         with ThreadPoolExecutor(1, thread_name_prefix="zipccl-encode") as pool:
-            if use_split:
-                low, head = _split_encode(parts[0], checksum)
-                fut = pool.submit(_encode_head, head, checksum)
-                for i in range(n_slices):
-                    dist.send(low, dst, group=group)                 # while the head is being coded
-                    if i + 1 < n_slices:
-                        low, head = _split_encode(parts[i + 1], checksum)
-                        nxt = pool.submit(_encode_head, head, checksum)
-                    payload = fut.result()
-                    dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group)
-                    dist.send(payload, dst, group=group)
-                    if i + 1 < n_slices:
-                        fut = nxt
-                return
-            fut = pool.submit(_encode, parts[0], compress, checksum)
+            def prepare(part):
+                """(low-bit plane or None, future of the coded frame) of one slice."""
+                if use_split:
+                    low, head = _split_encode(part)
+                    return low, pool.submit(_encode_head, head, checksum)
+                return None, pool.submit(_encode, part, compress, checksum)
+
+            low, fut = prepare(parts[0])
             for i in range(n_slices):
+                if low is not None:
+                    dist.send(low, dst, group=group)                 # while the head is being coded
+                nxt = prepare(parts[i + 1]) if i + 1 < n_slices else None
                 payload = fut.result()
-                if i + 1 < n_slices:
-                    fut = pool.submit(_encode, parts[i + 1], compress, checksum)
                 dist.send(torch.tensor([payload.numel()], dtype=torch.int64), dst, group=group)
                 dist.send(payload, dst, group=group)
+                if nxt is not None:
+                    low, fut = nxt
     _run(op, False)
 
 
