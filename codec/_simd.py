@@ -1,0 +1,201 @@
+"""16-lane SIMD steps of the rANS coder, written as LLVM vector IR inside numba.
+
+Numba's auto-vectoriser does not vectorise an interleaved rANS round: the lanes share one word
+stream, so each lane's refill position depends on the lanes before it.  These intrinsics
+write a round for 16 lanes directly as LLVM vector operations with target-independent
+intrinsics (``llvm.masked.gather``, ``llvm.masked.expandload``, ``llvm.masked.compressstore``,
+``llvm.ctpop``): on AVX-512 they become ``vpgatherdd``/``vpexpandw``/``vpcompressw``, on other
+CPUs LLVM lowers them to scalar sequences with the same results.  A round touches the shared
+stream as one masked expand (decode: the lanes that refill take the next words in lane order)
+or one masked compress (encode: the lanes that flush store their low words in lane order).
+
+Callers (``codec._numba``) guarantee every access is in bounds before calling: 16 table
+slots always exist (the index is masked), the stream has 16 words left, the output has room.
+Each intrinsic's docstring is the scalar loop it computes; the tests check the bytes against
+the NumPy reference.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .codebook import PROB_BITS, SYM_WINDOW0, WINDOW_LOW
+from .format import RANS_L
+
+LANES = 16
+_I1, _I8, _I16, _I32, _I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
+_F64 = ir.DoubleType()
+_RENORM_SHIFT = 16 + 16 - PROB_BITS
+
+
+def _vec(t):
+    return ir.VectorType(t, LANES)
+
+
+def _splat(t, v):
+    return ir.Constant(_vec(t), [ir.Constant(t, v)] * LANES)
+
+
+def _const_vec(t, values):
+    return ir.Constant(_vec(t), [ir.Constant(t, v) for v in values])
+
+
+def _broadcast(builder, t, scalar):
+    v = builder.insert_element(ir.Constant(_vec(t), None), scalar, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_vec(t), None), _splat(_I32, 0))
+
+
+def _declare(builder, name, ret, args):
+    try:
+        return builder.module.get_global(name)
+    except KeyError:
+        return ir.Function(builder.module, ir.FunctionType(ret, args), name=name)
+
+
+def _data(context, builder, aryty, val):
+    """``i8*`` to an array's first element."""
+    return builder.bitcast(context.make_array(aryty)(context, builder, val).data, _I8.as_pointer())
+
+
+def _at(builder, base, byte_offset, elem):
+    """Typed pointer ``base + byte_offset`` (bytes)."""
+    return builder.bitcast(builder.gep(base, [byte_offset]), elem.as_pointer())
+
+
+def _gather(builder, base, idx, elem, scale):
+    """``base[idx]`` for each lane (``scale``: element size in bytes), as a masked gather."""
+    t = _vec(elem)
+    fn = _declare(builder, f"llvm.masked.gather.v{LANES}{'f64' if elem is _F64 else f'i{elem.width}'}.v{LANES}p0",
+                  t, [ir.VectorType(elem.as_pointer(), LANES), _I32, _vec(_I1), t])
+    off = builder.mul(builder.zext(idx, _vec(_I64)), _splat(_I64, scale))
+    addr = builder.add(_broadcast(builder, _I64, builder.ptrtoint(base, _I64)), off)
+    ptrs = builder.inttoptr(addr, ir.VectorType(elem.as_pointer(), LANES))
+    return builder.call(fn, [ptrs, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
+
+
+def _popcount16(builder, mask):
+    return builder.zext(builder.ctpop(builder.bitcast(mask, _I16)), _I64)
+
+
+def _decode_step(builder, xp, tp, bp, wp):
+    """One rANS decode step of 16 lanes (states at ``xp``, updated): returns (symbols (i32), new wp).
+    Table entry: ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19`` (7 + 12 + 13 bits)."""
+    xv = builder.load(builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
+    ent = _gather(builder, tp, builder.and_(xv, _splat(_I32, (1 << PROB_BITS) - 1)), _I32, 4)
+    freq = builder.lshr(ent, _splat(_I32, 19))
+    bias = builder.and_(builder.lshr(ent, _splat(_I32, 7)), _splat(_I32, 0xFFF))
+    xn = builder.add(builder.mul(freq, builder.lshr(xv, _splat(_I32, PROB_BITS))), bias)
+    need = builder.icmp_unsigned("<", xn, _splat(_I32, RANS_L))
+    expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
+                      [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
+    w16 = builder.call(expand, [_at(builder, bp, wp, _I16), need, ir.Constant(_vec(_I16), None)])
+    refilled = builder.or_(builder.shl(xn, _splat(_I32, 16)), builder.zext(w16, _vec(_I32)))
+    builder.store(builder.select(need, refilled, xn), builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
+    wp = builder.add(wp, builder.shl(_popcount16(builder, need), ir.Constant(_I64, 1)))
+    return builder.and_(ent, _splat(_I32, 0x7F)), wp
+
+
+@intrinsic
+def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at):
+    """Decode 16 lanes' next symbols; returns the new stream offset.  Scalar equivalent::
+
+        for lane in range(lane0, lane0 + 16):
+            e = tab[x[lane] & 4095]                      # sym | bias << 7 | freq << 19
+            x[lane] = (e >> 19) * (x[lane] >> 12) + (e >> 7 & 0xFFF)
+            sym[at + lane - lane0] = e & 0x7F
+            if x[lane] < 2**16:                          # refill from the shared stream
+                x[lane] = x[lane] << 16 | u16(buf, wp); wp += 2
+    """
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at)
+
+    def codegen(context, builder, signature, args):
+        xa, lane0v, ta, ba, wpv, sa, atv = args
+        xp = builder.gep(_data(context, builder, signature.args[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
+        s, wpn = _decode_step(builder, xp, _data(context, builder, signature.args[2], ta),
+                              _data(context, builder, signature.args[3], ba), wpv)
+        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, signature.args[5], sa),
+                                                       atv, _vec(_I8)), align=1)
+        return wpn
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out):
+    """:func:`rans_decode16`, then the 16 values ``out[at:at+16]`` of a dense chunk (value i =
+    residual i: no ZERO symbol, no zero block).
+
+    Returns the new stream offset, ``| 1 << 62`` when some lane's symbol is not a window symbol
+    inside the exponent range (ESC, ZERO, out of range): the caller then redoes these 16 values.
+    ``plane``: offset of the residual plane (``full`` byte planes of ``n_sm`` bytes, then
+    ``rem``-bit fields, 8 values per ``rem`` bytes); reads the 8 bytes at each of the two groups
+    of ``rem`` bytes, so the caller keeps ``plane + full*n_sm + (at//8 + 1)*rem + 8`` inside
+    ``buf``.  ``em = E << 8 | M`` (exponent and mantissa widths).  Value::
+
+        t = sym - WINDOW0;  e = (t >> 1) + ref - WINDOW_LOW
+        (res >> (M-1-shift)) << (E+M) | e << M | (t & 1) << (M-1) | (res & low mask) << shift
+    """
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out)
+    out_elem = ir.IntType(out.dtype.bitwidth)
+
+    def codegen(context, builder, signature, args):
+        xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa = args
+        st = signature.args
+        bp = _data(context, builder, st[3], ba)
+        xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
+        s, wpn = _decode_step(builder, xp, _data(context, builder, st[2], ta), bp, wpv)
+        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
+                      align=1)
+        res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv)
+        vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
+        e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+        m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+        sh = vec32(shiftv)
+        one = _splat(_I32, 1)
+        t = builder.sub(s, _splat(_I32, SYM_WINDOW0))
+        e = builder.add(builder.ashr(t, one), vec32(builder.sub(refv, ir.Constant(_I64, WINDOW_LOW))))
+        top = builder.sub(builder.shl(one, e_w), one)
+        bad = builder.or_(builder.icmp_signed("<", t, _splat(_I32, 0)),
+                          builder.or_(builder.icmp_signed("<", e, _splat(_I32, 0)), builder.icmp_signed(">", e, top)))
+        ssr = builder.sub(builder.sub(m_w, one), sh)
+        low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
+        val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)), builder.shl(e, m_w))
+        val = builder.or_(val, builder.shl(builder.and_(t, one), builder.sub(m_w, one)))
+        val = builder.or_(val, builder.shl(low, sh))
+        ob = _data(context, builder, st[14], oa)
+        dst = _at(builder, ob, builder.mul(atv, ir.Constant(_I64, out_elem.width // 8)), _vec(out_elem))
+        builder.store(builder.trunc(val, _vec(out_elem)) if out_elem.width < 32 else val, dst,
+                      align=out_elem.width // 8)
+        any_bad = builder.zext(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)), _I64)
+        return builder.or_(wpn, builder.shl(any_bad, ir.Constant(_I64, 62)))
+
+    return sig, codegen
+
+
+def _residual16(builder, bp, atv, planev, nsmv, fullv, remv):
+    """Residuals of values ``at .. at+15``: ``full`` byte planes, then ``rem``-bit fields."""
+    res_slot = cgutils.alloca_once_value(builder, _splat(_I32, 0))
+    for b in range(3):
+        with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
+            off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
+            plane_b = builder.shl(builder.zext(builder.load(_at(builder, bp, off, _vec(_I8)), align=1), _vec(_I32)),
+                                  _splat(_I32, 8 * b))
+            builder.store(builder.or_(builder.load(res_slot), plane_b), res_slot)
+    with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
+        g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
+                         builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+        two = ir.VectorType(_I64, 2)
+        pair = builder.insert_element(ir.Constant(two, None), builder.load(_at(builder, bp, g0, _I64), align=1),
+                                      ir.Constant(_I32, 0))
+        pair = builder.insert_element(pair, builder.load(_at(builder, bp, builder.add(g0, remv), _I64), align=1),
+                                      ir.Constant(_I32, 1))
+        groups = builder.shuffle_vector(pair, ir.Constant(two, None), _const_vec(_I32, [j // 8 for j in range(LANES)]))
+        shifts = builder.mul(_const_vec(_I64, [j % 8 for j in range(LANES)]), _broadcast(builder, _I64, remv))
+        fields = builder.trunc(builder.lshr(groups, shifts), _vec(_I32))
+        rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
+        mask = builder.sub(builder.shl(_splat(_I32, 1), rem32), _splat(_I32, 1))
+        fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
+        builder.store(builder.or_(builder.load(res_slot), builder.shl(builder.and_(fields, mask), fullbits)), res_slot)
+    return builder.load(res_slot)
