@@ -12,7 +12,11 @@ or one masked compress (encode: the lanes that flush store their low words in la
 Callers (``codec._numba``) guarantee every access is in bounds before calling: 16 table
 slots always exist (the index is masked), the stream has 16 words left, the output has room.
 Each intrinsic's docstring is the scalar loop it computes; the tests check the bytes against
-the NumPy reference.
+the NumPy reference (tests/test_simd.py).
+
+Numba's on-disk cache is keyed on the stamp of the file that holds the jitted function
+(``codec/_numba.py``), not on this one: after editing this file, touch ``codec/_numba.py`` or
+delete ``codec/__pycache__/_numba*`` before measuring or testing.
 """
 from __future__ import annotations
 

@@ -1,0 +1,74 @@
+"""The numba backend's SIMD paths (16-lane rANS rounds, fused value assembly, chunk pairs) against
+the reference: chunks of >= 16384 values (16 or 32 lanes), every residual shape (byte planes,
+packed remainder bits, shifted-out low bits), escapes, ZERO symbols and zero blocks, odd chunk
+counts and partial last chunks; plus mutated and truncated streams."""
+import numpy as np
+import pytest
+
+import codec
+from codec.layouts import layout_for
+from tests.helpers import DTYPES, assert_bit_equal, bits, np_dtype
+
+
+def _variant(kind, dtype, n, seed):
+    rng = np.random.default_rng(seed)
+    lay = layout_for(np_dtype(dtype))
+    x = rng.normal(0, 0.02, n).astype(np_dtype(dtype))
+    w = bits(x).copy()
+    if kind == "shifted":             # low mantissa bits all zero: the residual plane narrows
+        drop = {1: 1, 2: 2, 4: 7}[lay.itemsize]
+        w &= ~np.array((1 << drop) - 1, dtype=w.dtype)
+    elif kind == "shifted_bytes":     # residual exactly a whole number of bytes (no remainder bits)
+        drop = {1: 0, 2: lay.man_bits - 7 if lay.man_bits > 7 else 0, 4: lay.man_bits - 15}[lay.itemsize]
+        w &= ~np.array((1 << drop) - 1, dtype=w.dtype)
+    elif kind == "escapes":           # huge, tiny, subnormal, inf/nan: outside the exponent window
+        idx = rng.choice(n, n // 500, replace=False)
+        specials = (np.array([3e4, -1e-6, 1e-30, np.inf, -np.nan, 1e38], np.float64)
+                    .astype(np_dtype(dtype)))
+        w[idx] = bits(specials)[rng.integers(0, len(specials), len(idx))]
+    elif kind == "zeros":             # scattered zeros (ZERO symbols) and some all-zero blocks
+        w[rng.choice(n, n // 8, replace=False)] = 0
+        for b in rng.choice(n // 64, n // 640, replace=False):
+            w[b * 64:(b + 1) * 64] = 0
+    return w.view(np_dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["dense", "shifted", "shifted_bytes", "escapes", "zeros"])
+@pytest.mark.parametrize("chunk_size", [16384, 65536])
+def test_large_chunks_match_reference(dtype, kind, chunk_size):
+    # 3 full chunks (a pair and a single) and a partial one
+    n = 3 * chunk_size + 12345
+    x = _variant(kind, dtype, n, seed=hash((dtype, kind, chunk_size)) % 2**32)
+    ref = codec.encode(x, chunk_size=chunk_size, backend="reference")
+    fast = codec.encode(x, chunk_size=chunk_size, backend="numba")
+    assert fast == ref
+    assert {c["kind"] for c in codec.inspect(ref)["chunks"]} == {"coded"}
+    assert_bit_equal(codec.decode(ref, backend="numba"), x)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_mutations_in_large_chunks(dtype):
+    x = _variant("escapes", dtype, 2 * 65536 + 777, seed=7)
+    good = codec.encode(x)
+    good_crc = codec.encode(x, checksum=True)
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        for blob, checked in ((good, False), (good_crc, True)):
+            b = bytearray(blob)
+            for pos in rng.integers(len(b) // 10, len(b), 1 + trial % 4):
+                b[pos] ^= 1 << int(rng.integers(8))
+            try:
+                y = codec.decode(bytes(b))
+            except codec.FormatError:
+                continue
+            assert not checked, "a corrupted stream with checksums decoded"
+            assert bits(y).shape == bits(x).shape
+
+
+def test_truncated_large_chunk():
+    x = _variant("dense", "bfloat16", 65536, seed=3)
+    blob = codec.encode(x)
+    for cut in (1, 2, 7, 64, 1000, len(blob) // 2):
+        with pytest.raises(codec.FormatError):
+            codec.decode(blob[:-cut])
