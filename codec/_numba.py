@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from numba.cpython.unsafe.numbers import leading_zeros
 
 from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
                        WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
-from ._simd import LANES, rans_decode16, rans_decode16_values
+from ._simd import LANES, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16
 
 _HEAD = CHUNK_HEAD.size
 _N_ZL = len(ZERO_LEVELS)
@@ -159,17 +160,14 @@ def _get32(buf, p):
             | (np.int64(buf[p + 3]) << 24))
 
 
-@njit(cache=True)
-def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                 mode, bitmap, nbitmap, out, sym, wbuf):
-    """Write a CODED payload for ``vals[:m]`` into ``out``; return its size.
-
-    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m) are scratch.
-    """
+@njit(cache=True, inline="always")
+def _stats(vals, m, E, M):
+    """The integer statistics the codebook is chosen from (branch-free, so LLVM vectorises it):
+    zeros, non-zero magnitudes, sum and sum of squares of their log2 in exponent units (a
+    subnormal's from its bit length), and the OR of the low mantissa bits."""
     emask = (1 << E) - 1
     mmask = (1 << M) - 1
     lowmask = (1 << (M - 1)) - 1
-    sign_shift = E + M
     magmask = (1 << (E + M)) - 1
     n_zero = 0
     n_log = 0
@@ -178,23 +176,138 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     orlow = 0
     for i in range(m):
         w = np.int64(vals[i])
-        if w == 0:
-            n_zero += 1
-        if (w & magmask) != 0:
-            e = (w >> M) & emask
-            if e == 0:
-                mant = w & mmask
-                bl = 0
-                while mant > 0:
-                    bl += 1
-                    mant >>= 1
-                lg = 1 - M + bl - 1
-            else:
-                lg = e
-            n_log += 1
-            s1 += lg
-            s2 += lg * lg
+        e = (w >> M) & emask
+        sub = 64 - np.int64(leading_zeros(np.uint64((w & mmask) | 1))) - M
+        nz = (w & magmask) != 0
+        lg = (e if e != 0 else sub) if nz else 0
+        n_zero += w == 0
+        n_log += nz
+        s1 += lg
+        s2 += lg * lg
         orlow |= w & lowmask
+    return n_zero, n_log, s1, s2, orlow
+
+
+@njit(cache=True)
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf):
+    """_code_values for chunks without ZERO symbols and 16 or 32 lanes, 16 values at a time:
+    symbols and residual plane in one forward SIMD pass, then the rANS rounds backwards with
+    the flushed words stored downwards from the end of ``wbuf`` (so they end in stream order)."""
+    k = _lanes(m)
+    symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
+    for key in range(2 << E):
+        j = (key >> 1) - ref + WINDOW_LOW
+        sy = SYM_ESC
+        if 0 <= j < WINDOW:
+            sy = SYM_WINDOW0 + 2 * j + (key & 1)
+            if f[sy] == 0:
+                sy = SYM_ESC
+        symtab[key] = sy
+    width = M - shift
+    full = width // 8
+    rem = width % 8
+    nplane = _packed_nbytes(m, width)
+    plane = np.empty(nplane + 16, np.uint8)
+    esc_groups = np.empty(m // LANES + 1, np.int64)
+    n_groups = 0
+    n_esc = 0
+    g16 = m - m % LANES
+    em = (E << 8) | M
+    for at in range(0, g16, LANES):
+        c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
+        if c:
+            esc_groups[n_groups] = at
+            n_groups += 1
+            n_esc += c
+    # the last m % 16 values one at a time (the remainder plane is byte-aligned at g16)
+    acc = 0
+    nacc = 0
+    q = full * m + g16 * rem // 8
+    tail_esc = 0
+    for i in range(g16, m):
+        w = np.int64(vals[i])
+        sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
+        sym[i] = sy
+        tail_esc += sy == SYM_ESC
+        res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
+        for b in range(full):
+            plane[b * m + i] = (res >> (8 * b)) & 0xFF
+        acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
+        nacc += rem
+    while nacc > 0:
+        plane[q] = acc & 0xFF
+        q += 1
+        acc >>= 8
+        nacc -= 8
+    if tail_esc:
+        esc_groups[n_groups] = g16
+        n_groups += 1
+        n_esc += tail_esc
+    # rANS.  x // f via a double reciprocal: see _code_values.
+    ftab = np.empty(N_SYMBOLS, np.uint32)
+    inv = np.empty(N_SYMBOLS, np.float64)
+    for t in range(N_SYMBOLS):
+        ftab[t] = f[t] | (cum[t] << 16)
+        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+    x = np.full(k, RANS_L, np.uint32)
+    cap = len(wbuf)
+    pos = cap
+    full_rounds = m // k
+    for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
+        sy = sym[full_rounds * k + lane]
+        xl = np.int64(x[lane])
+        if xl >= (f[sy] << _RENORM_SHIFT):
+            pos -= 1
+            wbuf[pos] = xl & 0xFFFF
+            xl >>= 16
+        qq = np.int64(xl * inv[sy] + 6.103515625e-05)
+        x[lane] = (qq << PROB_BITS) + (xl - qq * f[sy]) + cum[sy]
+    for r in range(full_rounds - 1, -1, -1):
+        for h in range(k - LANES, -1, -LANES):
+            pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
+    n_words = cap - pos
+    # payload: header, bitmap, states, words, plane, escapes
+    _put16(out, 0, cb)
+    _put16(out, 2, ref & 0xFFFF)
+    out[4] = shift
+    out[5] = mode
+    _put16(out, 6, 0)
+    _put32(out, 8, m)
+    _put32(out, 12, n_esc)
+    _put32(out, 16, n_words)
+    p = _HEAD
+    for b in range(nbitmap):
+        out[p + b] = bitmap[b]
+    p += nbitmap
+    for lane in range(k):
+        _put32(out, p + 4 * lane, np.int64(x[lane]))
+    p += 4 * k
+    for t in range(n_words):
+        _put16(out, p + 2 * t, np.int64(wbuf[pos + t]))
+    p += 2 * n_words
+    out[p:p + nplane] = plane[:nplane]
+    p += nplane
+    emask = (1 << E) - 1
+    for g in range(n_groups):
+        for i in range(esc_groups[g], min(m, esc_groups[g] + LANES)):
+            if sym[i] == SYM_ESC:
+                w = np.int64(vals[i])
+                _put16(out, p, (((w >> M) & emask) << 1) | ((w >> (M - 1)) & 1))
+                p += 2
+    return p
+
+
+@njit(cache=True)
+def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                 mode, bitmap, nbitmap, out, sym, wbuf):
+    """Write a CODED payload for ``vals[:m]`` into ``out``; return its size.
+
+    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m) are scratch.
+    """
+    emask = (1 << E) - 1
+    lowmask = (1 << (M - 1)) - 1
+    sign_shift = E + M
+    n_zero, n_log, s1, s2, orlow = _stats(vals, m, E, M)
     cb, ref = _select(m, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds)
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
@@ -202,9 +315,11 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     shift = 0
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
         shift += 1
+    zero_ok = f[SYM_ZERO] > 0
+    if _lanes(m) % LANES == 0 and not (zero_ok and n_zero > 0):
+        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf)
     n_sm = 0
     n_esc = 0
-    zero_ok = f[SYM_ZERO] > 0
     for i in range(m):
         w = np.int64(vals[i])
         if w == 0 and zero_ok:
@@ -323,7 +438,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
             best[b] = (v >> (8 * b)) & 0xFF
         return KIND_CONST, itemsize
     sym = np.empty(n, np.uint8)
-    wbuf = np.empty(n, np.uint16)
+    wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     vals = np.empty(n, w.dtype)
     nobits = np.empty(0, np.uint8)
     best_size = _code_values(w, n, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,

@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .codebook import PROB_BITS, SYM_WINDOW0, WINDOW_LOW
+from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, WINDOW_LOW
 from .format import RANS_L
 
 LANES = 16
@@ -203,3 +203,122 @@ def _residual16(builder, bp, atv, planev, nsmv, fullv, remv):
         fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
         builder.store(builder.or_(builder.load(res_slot), builder.shl(builder.and_(fields, mask), fullbits)), res_slot)
     return builder.load(res_slot)
+
+
+def _load_words16(builder, context, aryty, arr, at):
+    """16 consecutive values of a 1-D unsigned array from index ``at``, zero-extended to i32."""
+    elem = ir.IntType(aryty.dtype.bitwidth)
+    p = _at(builder, _data(context, builder, aryty, arr), builder.mul(at, ir.Constant(_I64, elem.width // 8)),
+            _vec(elem))
+    v = builder.load(p, align=elem.width // 8)
+    return v if elem.width == 32 else builder.zext(v, _vec(_I32))
+
+
+def _store_u64(builder, bp, off, v):
+    builder.store(v, _at(builder, bp, off, _I64), align=1)
+
+
+@intrinsic
+def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n_sm, full, rem):
+    """Symbols and residual plane of the 16 values ``words[at:at+16]`` of a dense chunk (no ZERO
+    symbol); returns how many of them are escapes.  Scalar equivalent, value i::
+
+        sym[i] = symtab[w >> (M-1) & (2 << E) - 1]        # (field, leading bit) -> symbol or ESC
+        res = (w >> (E+M) & 1) << (M-1-shift) | (w & (1 << (M-1)) - 1) >> shift
+        out[plane + b*n_sm + i] = res >> 8b & 0xFF         for b < full
+        rem-bit field res >> 8*full at bit i*rem of the remainder plane (plane + full*n_sm)
+
+    The remainder fields of 8 values (``rem`` bytes) are written as one 8-byte store, so values
+    must be prepared in increasing order (each store's zero tail is overwritten by the next
+    group) and ``out`` needs 8 spare bytes after the plane.  ``em = E << 8 | M``."""
+    sig = types.int64(words, at, symtab, em, shift, sym, out, plane, n_sm, full, rem)
+
+    def codegen(context, builder, signature, args):
+        wa, atv, sta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
+        st = signature.args
+        w = _load_words16(builder, context, st[0], wa, atv)
+        vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
+        one = _splat(_I32, 1)
+        e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+        m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+        key = builder.and_(builder.lshr(w, builder.sub(m_w, one)),
+                           builder.sub(builder.shl(_splat(_I32, 2), e_w), one))
+        s = _gather(builder, _data(context, builder, st[2], sta), key, _I32, 4)
+        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
+                      align=1)
+        sh = vec32(shiftv)
+        sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
+        low = builder.and_(w, builder.sub(builder.shl(one, builder.sub(m_w, one)), one))
+        res = builder.or_(builder.shl(sign, builder.sub(builder.sub(m_w, one), sh)), builder.lshr(low, sh))
+        ob = _data(context, builder, st[6], oa)
+        for b in range(3):
+            with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
+                off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
+                byte = builder.trunc(builder.lshr(res, _splat(_I32, 8 * b)), _vec(_I8))
+                builder.store(byte, _at(builder, ob, off, _vec(_I8)), align=1)
+        with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
+            rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
+            fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
+            fields = builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one))
+            shifts = builder.mul(_const_vec(_I64, [j % 8 for j in range(LANES)]), _broadcast(builder, _I64, remv))
+            placed = builder.shl(builder.zext(fields, _vec(_I64)), shifts)
+            g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
+                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+            for g in range(2):
+                part = builder.shuffle_vector(placed, ir.Constant(_vec(_I64), None),
+                                              _const_vec_n(_I32, list(range(8 * g, 8 * g + 8))))
+                reduce_or = _declare(builder, "llvm.vector.reduce.or.v8i64", _I64, [part.type])
+                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
+                           builder.call(reduce_or, [part]))
+        esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+        return _popcount16(builder, esc)
+
+    return sig, codegen
+
+
+def _const_vec_n(t, values):
+    return ir.Constant(ir.VectorType(t, len(values)), [ir.Constant(t, v) for v in values])
+
+
+@intrinsic
+def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
+    """Push the symbols ``sym[at:at+16]`` onto lanes ``lane0..lane0+15``; returns the new ``pos``.
+    Scalar equivalent (the flushed words are stored below ``pos``, in lane order)::
+
+        for lane in range(lane0 + 15, lane0 - 1, -1):
+            s = sym[at + lane - lane0];  f = ftab[s] & 0xFFFF;  cum = ftab[s] >> 16
+            if x[lane] >= f << 20:                         # flush 16 bits
+                pos -= 1;  wbuf[pos] = x[lane] & 0xFFFF;  x[lane] >>= 16
+            q = int(x[lane] * inv[s] + 2**-14)             # == x // f (see codec._numba)
+            x[lane] = (q << 12) + x[lane] - q * f + cum
+    """
+    sig = types.int64(x, lane0, sym, at, ftab, inv, wbuf, pos)
+
+    def codegen(context, builder, signature, args):
+        xa, lane0v, sa, atv, fa, ia, wa, posv = args
+        st = signature.args
+        xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
+                             _vec(_I32).as_pointer())
+        xv = builder.load(xp, align=4)
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
+                         _vec(_I32))
+        fc = _gather(builder, _data(context, builder, st[4], fa), s, _I32, 4)
+        inv = _gather(builder, _data(context, builder, st[5], ia), s, _F64, 8)
+        f = builder.and_(fc, _splat(_I32, 0xFFFF))
+        cum = builder.lshr(fc, _splat(_I32, 16))
+        need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
+        cnt = _popcount16(builder, need)
+        pos = builder.sub(posv, cnt)
+        compress = _declare(builder, f"llvm.masked.compressstore.v{LANES}i16", ir.VoidType(),
+                            [_vec(_I16), _I16.as_pointer(), _vec(_I1)])
+        wb = _data(context, builder, st[6], wa)
+        builder.call(compress, [builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
+                                                                    _I16), need])
+        xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
+        qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
+        q = builder.fptoui(qf, _vec(_I32))
+        xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), builder.sub(xv, builder.mul(q, f))), cum)
+        builder.store(xn, xp, align=4)
+        return pos
+
+    return sig, codegen
