@@ -9,6 +9,8 @@ The kernels are compiled on first use and cached on disk (``cache=True``).
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import njit, prange
 from numba.cpython.unsafe.numbers import leading_zeros
@@ -18,7 +20,7 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
-from ._simd import LANES, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16
+from ._simd import LANES, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16, stats16
 
 _HEAD = CHUNK_HEAD.size
 _N_ZL = len(ZERO_LEVELS)
@@ -160,21 +162,33 @@ def _get32(buf, p):
             | (np.int64(buf[p + 3]) << 24))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _stats(vals, m, E, M):
-    """The integer statistics the codebook is chosen from (branch-free, so LLVM vectorises it):
-    zeros, non-zero magnitudes, sum and sum of squares of their log2 in exponent units (a
-    subnormal's from its bit length), and the OR of the low mantissa bits."""
+    """The integer statistics the codebook is chosen from: zeros, non-zero magnitudes, sum and sum
+    of squares of their log2 in exponent units (a subnormal's from its bit length), and the OR of
+    the low mantissa bits.  16 values at a time (per-lane sums, added up at the end), then the tail."""
     emask = (1 << E) - 1
     mmask = (1 << M) - 1
     lowmask = (1 << (M - 1)) - 1
     magmask = (1 << (E + M)) - 1
+    acc32 = np.zeros(4 * LANES, np.int32)
+    acc64 = np.zeros(LANES, np.int64)
+    g16 = m - m % LANES
+    em = (E << 8) | M
+    for at in range(0, g16, LANES):
+        stats16(vals, at, em, acc32, acc64)
     n_zero = 0
     n_log = 0
     s1 = 0
     s2 = 0
     orlow = 0
-    for i in range(m):
+    for j in range(LANES):
+        n_zero += acc32[j]
+        n_log += acc32[LANES + j]
+        s1 += acc32[2 * LANES + j]
+        orlow |= acc32[3 * LANES + j]
+        s2 += acc64[j]
+    for i in range(g16, m):
         w = np.int64(vals[i])
         e = (w >> M) & emask
         sub = 64 - np.int64(leading_zeros(np.uint64((w & mmask) | 1))) - M
@@ -185,7 +199,7 @@ def _stats(vals, m, E, M):
         s1 += lg
         s2 += lg * lg
         orlow |= w & lowmask
-    return n_zero, n_log, s1, s2, orlow
+    return n_zero, n_log, s1, s2, np.int64(orlow) & lowmask
 
 
 @njit(cache=True)
@@ -266,6 +280,9 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
         for h in range(k - LANES, -1, -LANES):
             pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
     n_words = cap - pos
+    size = _HEAD + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
+    if size > len(out):                     # does not fit: the caller stores the chunk raw
+        return size
     # payload: header, bitmap, states, words, plane, escapes
     _put16(out, 0, cb)
     _put16(out, 2, ref & 0xFFFF)
@@ -299,15 +316,17 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 @njit(cache=True)
 def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                 mode, bitmap, nbitmap, out, sym, wbuf):
-    """Write a CODED payload for ``vals[:m]`` into ``out``; return its size.
+                 mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out):
+    """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
+    when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
 
-    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m) are scratch.
+    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch.
     """
     emask = (1 << E) - 1
     lowmask = (1 << (M - 1)) - 1
     sign_shift = E + M
     n_zero, n_log, s1, s2, orlow = _stats(vals, m, E, M)
+    n_zero_out[0] = n_zero
     cb, ref = _select(m, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds)
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
@@ -362,6 +381,9 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
             xl = xl >> (16 * need)
             q = np.int64(xl * inv[s] + 6.103515625e-05)
             x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
+    size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, M - shift) + 2 * n_esc
+    if size > len(out):                     # does not fit: the caller stores the chunk raw
+        return size
     # header
     _put16(out, 0, cb)
     _put16(out, 2, ref & 0xFFFF)
@@ -424,8 +446,10 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
 
 
 @njit(cache=True)
-def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, out, best):
-    """Encode one chunk into ``best`` (size >= n*itemsize); return (kind, size)."""
+def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, best):
+    """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
+    The plain coded payload is written straight into the slot when it fits; zero-block
+    candidates are coded into scratch and copied when smaller."""
     first = w[0]
     const = True
     for i in range(1, n):
@@ -439,11 +463,13 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
         return KIND_CONST, itemsize
     sym = np.empty(n, np.uint8)
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
-    vals = np.empty(n, w.dtype)
     nobits = np.empty(0, np.uint8)
+    n_zero = np.zeros(2, np.int64)
     best_size = _code_values(w, n, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                             0, nobits, 0, best, sym, wbuf)
+                             0, nobits, 0, best, sym, wbuf, n_zero)
     for mode in (_MODE_A, _MODE_B):
+        if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
+            break
         bs = 1 << mode
         nb = (n + bs - 1) // bs
         bitmap = np.zeros((nb + 7) // 8, np.uint8)
@@ -462,20 +488,20 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
         kept = n - skipped
         if 32 * skipped < n or kept == 0:
             continue
+        vals = np.empty(kept, w.dtype)
         kept = 0
         for blk in range(nb):
             if not (bitmap[blk >> 3] >> (blk & 7)) & 1:
                 for i in range(blk * bs, min(n, blk * bs + bs)):
                     vals[kept] = w[i]
                     kept += 1
+        scratch = np.empty(n * itemsize, np.uint8)
         size = _code_values(vals, kept, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                            mode, bitmap, len(bitmap), out, sym, wbuf)
-        if size < best_size:
+                            mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:])
+        if size < best_size and size <= len(scratch):
             best_size = size
-            for t in range(size):
-                best[t] = out[t]
+            best[:size] = scratch[:size]
     if best_size >= n * itemsize:
-        v = 0
         for i in range(n):
             v = np.int64(w[i])
             for b in range(itemsize):
@@ -492,31 +518,48 @@ def _encode_all(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets,
     for c in prange(n_chunks):
         lo = c * chunk_size
         n = min(chunk_size, numel - lo)
-        scratch = np.empty(8 * n + 512, np.uint8)      # candidates may exceed the raw size
-        stage = np.empty(8 * n + 512, np.uint8)
-        best = slots[lo * itemsize:(lo + n) * itemsize]
         kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
-                                   zero_thresholds, scratch, stage)
-        for t in range(size):
-            best[t] = stage[t]
+                                   zero_thresholds, slots[lo * itemsize:(lo + n) * itemsize])
         kinds[c] = kind
         sizes[c] = size
 
 
+_SCRATCH = threading.local()
+
+
+def _slots(nbytes: int) -> np.ndarray:
+    """This thread's reusable slot buffer (fresh pages cost a page fault each: ~0.25 ns/value)."""
+    buf = getattr(_SCRATCH, "slots", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _SCRATCH.slots = np.empty(nbytes, np.uint8)
+    return buf[:nbytes]
+
+
+def _family64():
+    global _FAMILY64
+    if _FAMILY64 is None:
+        fam = load_family()
+        _FAMILY64 = tuple(np.ascontiguousarray(a, dtype=np.int64)
+                          for a in (fam.freqs, fam.mean_offsets, fam.variances, fam.zero_thresholds))
+    return _FAMILY64
+
+
+_FAMILY64 = None
+
+
 def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list]:
-    """Same contract and bytes as :func:`reference.encode_chunks`."""
-    fam = load_family()
+    """Same contract and bytes as :func:`reference.encode_chunks`, except that the payloads are views
+    of a per-thread buffer, valid until this thread's next call (``codec.encode`` copies them)."""
     numel = len(words)
     n_chunks = -(-numel // chunk_size)
     kinds = np.zeros(n_chunks, np.uint8)
     sizes = np.zeros(n_chunks, np.int64)
     if n_chunks == 0:
         return kinds, []
-    slots = np.empty(numel * lay.itemsize, np.uint8)
+    slots = _slots(numel * lay.itemsize)
     w = np.ascontiguousarray(words)
-    _encode_all(w, chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
-                fam.freqs.astype(np.int64), fam.mean_offsets.astype(np.int64), fam.variances.astype(np.int64),
-                fam.zero_thresholds.astype(np.int64), slots, kinds, sizes)
+    _encode_all(w, chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(), slots, kinds,
+                sizes)
     base = np.arange(n_chunks, dtype=np.int64) * chunk_size * lay.itemsize
     mv = memoryview(slots)
     return kinds, [mv[b:b + s] for b, s in zip(base.tolist(), sizes.tolist())]
@@ -896,14 +939,8 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         raise FormatError(f"chunk {chunks.start + j}: {_ERRORS[int(errors[j])]}")
 
 
-_FREQS64 = None
-
-
 def _freqs64():
-    global _FREQS64
-    if _FREQS64 is None:
-        _FREQS64 = load_family().freqs.astype(np.int64)
-    return _FREQS64
+    return _family64()[0]
 
 
 # ----------------------------------------------------------------------- split-send planes

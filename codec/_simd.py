@@ -322,3 +322,47 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
         return pos
 
     return sig, codegen
+
+
+@intrinsic
+def stats16(typingctx, words, at, em, acc32, acc64):
+    """Accumulate the codebook statistics of ``words[at:at+16]`` per lane.  Scalar equivalent, value
+    ``w`` in lane j (``acc32`` rows: zeros, non-zero magnitudes, sum of log2, OR of low bits)::
+
+        nz = w & (1 << (E+M)) - 1 != 0;   e = w >> M & (1 << E) - 1
+        lg = (e if e else bit_length(w & (1 << M) - 1 | 1) - M) if nz else 0
+        acc32[j] += w == 0;  acc32[16+j] += nz;  acc32[32+j] += lg;  acc32[48+j] |= w & (1 << (M-1)) - 1
+        acc64[j] += lg * lg
+    """
+    sig = types.void(words, at, em, acc32, acc64)
+
+    def codegen(context, builder, signature, args):
+        wa, atv, emv, a32, a64 = args
+        st = signature.args
+        w = _load_words16(builder, context, st[0], wa, atv)
+        vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
+        one = _splat(_I32, 1)
+        zero = _splat(_I32, 0)
+        e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+        m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+        mask = lambda bits_: builder.sub(builder.shl(one, bits_), one)  # noqa: E731
+        e = builder.and_(builder.lshr(w, m_w), mask(e_w))
+        ctlz = _declare(builder, f"llvm.ctlz.v{LANES}i32", _vec(_I32), [_vec(_I32), _I1])
+        mant = builder.or_(builder.and_(w, mask(m_w)), one)
+        sub = builder.sub(builder.sub(_splat(_I32, 32), builder.call(ctlz, [mant, ir.Constant(_I1, 0)])), m_w)
+        nz = builder.icmp_unsigned("!=", builder.and_(w, mask(builder.add(e_w, m_w))), zero)
+        lg = builder.select(nz, builder.select(builder.icmp_unsigned("!=", e, zero), e, sub), zero)
+        p32 = builder.bitcast(_data(context, builder, st[3], a32), _I32.as_pointer())
+        rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)), lg)
+        for r, v in enumerate(rows):
+            ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 16 * r)]), _vec(_I32).as_pointer())
+            builder.store(builder.add(builder.load(ptr, align=4), v), ptr, align=4)
+        ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 48)]), _vec(_I32).as_pointer())
+        builder.store(builder.or_(builder.load(ptr, align=4), builder.and_(w, mask(builder.sub(m_w, one)))), ptr,
+                      align=4)
+        lg64 = builder.sext(lg, _vec(_I64))
+        p64 = builder.bitcast(_data(context, builder, st[4], a64), _vec(_I64).as_pointer())
+        builder.store(builder.add(builder.load(p64, align=8), builder.mul(lg64, lg64)), p64, align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
