@@ -69,14 +69,18 @@ def _at(builder, base, byte_offset, elem):
 
 
 def _gather(builder, base, idx, elem, scale):
-    """``base[idx]`` for each lane (``scale``: element size in bytes), as a masked gather."""
+    """``base[idx]`` for each lane (``idx``: i32 lanes; ``scale``: element size in bytes) as a masked
+    gather from one base pointer and a vector of 32-bit indices, so that x86 uses the base+index
+    form (``vpgatherdd``) without 64-bit address arithmetic."""
     t = _vec(elem)
+    ptr_t = ir.VectorType(elem.as_pointer(), LANES)
+    gep = ir.instructions.GEPInstr(builder.block, builder.bitcast(base, elem.as_pointer()), [idx], False, "",
+                                   source_etype=elem)
+    gep.type = ptr_t                 # llvmlite types a GEP by its pointer operand; a vector index makes a vector
+    builder._insert(gep)
     fn = _declare(builder, f"llvm.masked.gather.v{LANES}{'f64' if elem is _F64 else f'i{elem.width}'}.v{LANES}p0",
-                  t, [ir.VectorType(elem.as_pointer(), LANES), _I32, _vec(_I1), t])
-    off = builder.mul(builder.zext(idx, _vec(_I64)), _splat(_I64, scale))
-    addr = builder.add(_broadcast(builder, _I64, builder.ptrtoint(base, _I64)), off)
-    ptrs = builder.inttoptr(addr, ir.VectorType(elem.as_pointer(), LANES))
-    return builder.call(fn, [ptrs, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
+                  t, [ptr_t, _I32, _vec(_I1), t])
+    return builder.call(fn, [gep, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
 
 
 def _popcount16(builder, mask):
