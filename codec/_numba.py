@@ -632,11 +632,11 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
     full = width // 8
     rem = width % 8
     dense = mode == 0 and n_sm == n_coded
-    # values below v_safe may be assembled 16 at a time: the residual reader loads the 8 bytes at
-    # a group of ``rem`` bytes, which must stay inside ``buf``
+    # values below v_safe may be assembled 16 at a time: the residual reader loads 16 bytes from
+    # the first remainder byte of the 16 values, which must stay inside ``buf``
     v_safe = 0
     if dense:
-        v_safe = ((len(buf) - 8 - wend - full * n_sm) // max(rem, 1) - 1) * 8 if rem else n_coded
+        v_safe = ((len(buf) - 16 - wend - full * n_sm) // max(rem, 1)) * 8 + LANES if rem else n_coded
     prm[_P_N] = n
     prm[_P_NCODED] = n_coded
     prm[_P_K] = k
@@ -660,6 +660,23 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
 
 
 @njit(cache=True, inline="always")
+def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, E, M, out):
+    """rans_decode16_values, specialised (literal layout arguments) for each dtype's unshifted plane."""
+    if shift == 0:
+        if E == 8 and M == 7:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 7, 0, ref, 0x807, out)
+        if E == 5 and M == 10:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 1, 2, 0, ref, 0x50A, out)
+        if E == 8 and M == 23:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 2, 7, 0, ref, 0x817, out)
+        if E == 4 and M == 3:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 3, 0, ref, 0x403, out)
+        if E == 5 and M == 2:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 2, 0, ref, 0x502, out)
+    return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, (E << 8) | M, out)
+
+
+@njit(cache=True, inline="always")
 def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm, full, rem, shift, ref, em, prm,
                 E, M, out):
     """Round ``r`` of a chunk opened by _open_chunk, 16 lanes at a time (the caller checked that the
@@ -670,7 +687,7 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm
     for h in range(0, k, LANES):
         at = base + h
         if dense and done == at and at + LANES <= v_safe:
-            ret = rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out)
+            ret = _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, E, M, out)
             wp = ret & _MASK62
             if ret >> 62:            # ESC / ZERO / field out of range in this group: redo it one by one
                 ke = _values_dense(buf, sym, at, at + LANES, prm, ke, E, M, out)

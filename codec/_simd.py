@@ -140,10 +140,11 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     ``plane``: offset of the residual plane (``full`` byte planes of ``n_sm`` bytes, then
     ``rem``-bit fields, 8 values per ``rem`` bytes); reads the 8 bytes at each of the two groups
     of ``rem`` bytes, so the caller keeps ``plane + full*n_sm + (at//8 + 1)*rem + 8`` inside
-    ``buf``.  ``em = E << 8 | M`` (exponent and mantissa widths).  Value::
+    ``buf`` (16 bytes from the group start when ``full``/``rem`` are literals).  ``em = E << 8 | M`` (exponent and mantissa widths).  Value::
 
-        t = sym - WINDOW0;  e = (t >> 1) + ref - WINDOW_LOW
-        (res >> (M-1-shift)) << (E+M) | e << M | (t & 1) << (M-1) | (res & low mask) << shift
+        t = sym - WINDOW0 + 2 * (ref - WINDOW_LOW)          # field e = t >> 1, leading bit t & 1
+        (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift
+    ``full``, ``rem``, ``shift`` and ``em`` may be literals: the kernel is then specialised.
     """
     sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out)
     out_elem = ir.IntType(out.dtype.bitwidth)
@@ -156,21 +157,23 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
         s, wpn = _decode_step(builder, xp, _data(context, builder, st[2], ta), bp, wpv)
         builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
                       align=1)
-        res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv)
+        res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv, _literal(st[9]), _literal(st[10]))
         vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
         e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
         m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
         sh = vec32(shiftv)
         one = _splat(_I32, 1)
-        t = builder.sub(s, _splat(_I32, SYM_WINDOW0))
-        e = builder.add(builder.ashr(t, one), vec32(builder.sub(refv, ir.Constant(_I64, WINDOW_LOW))))
-        top = builder.sub(builder.shl(one, e_w), one)
-        bad = builder.or_(builder.icmp_signed("<", t, _splat(_I32, 0)),
-                          builder.or_(builder.icmp_signed("<", e, _splat(_I32, 0)), builder.icmp_signed(">", e, top)))
+        # window symbol s codes field e = (s - W0 >> 1) + ref - WINDOW_LOW and leading bit s - W0 & 1,
+        # so e << M | lead << (M-1) == (s - W0 + 2*(ref - WINDOW_LOW)) << (M-1) =: t << (M-1)
+        t = builder.add(s, vec32(builder.sub(builder.shl(builder.sub(refv, ir.Constant(_I64, WINDOW_LOW)),
+                                                         ir.Constant(_I64, 1)), ir.Constant(_I64, SYM_WINDOW0))))
+        top2 = builder.sub(builder.shl(_splat(_I32, 2), e_w), one)           # 2 * top + 1
+        bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0)),
+                          builder.icmp_unsigned(">", t, top2))
         ssr = builder.sub(builder.sub(m_w, one), sh)
         low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
-        val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)), builder.shl(e, m_w))
-        val = builder.or_(val, builder.shl(builder.and_(t, one), builder.sub(m_w, one)))
+        val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)),
+                          builder.shl(t, builder.sub(m_w, one)))
         val = builder.or_(val, builder.shl(low, sh))
         ob = _data(context, builder, st[14], oa)
         dst = _at(builder, ob, builder.mul(atv, ir.Constant(_I64, out_elem.width // 8)), _vec(out_elem))
@@ -182,8 +185,34 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     return sig, codegen
 
 
-def _residual16(builder, bp, atv, planev, nsmv, fullv, remv):
-    """Residuals of values ``at .. at+15``: ``full`` byte planes, then ``rem``-bit fields."""
+def _literal(ty):
+    return getattr(ty, "literal_value", None)
+
+
+def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None):
+    """Residuals of values ``at .. at+15``: ``full`` byte planes, then ``rem``-bit fields.  With
+    ``full``/``rem`` known at compile time (literal arguments) the fields are cut out of one 16-byte
+    load by a constant byte shuffle and per-lane shifts; otherwise from two 8-byte groups."""
+    if full is not None and rem is not None:
+        res = _splat(_I32, 0)
+        for b in range(full):
+            off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
+            plane_b = builder.zext(builder.load(_at(builder, bp, off, _vec(_I8)), align=1), _vec(_I32))
+            res = builder.or_(res, builder.shl(plane_b, _splat(_I32, 8 * b)))
+        if rem:
+            g0 = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, full))),
+                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), ir.Constant(_I64, rem)))
+            raw = builder.load(_at(builder, bp, g0, _vec(_I8)), align=1)
+            idx = []
+            for j in range(LANES):
+                lo = j * rem >> 3
+                idx += [lo, min(lo + 1, LANES - 1)]
+            pairs = builder.bitcast(builder.shuffle_vector(raw, ir.Constant(_vec(_I8), None),
+                                                           _const_vec_n(_I32, idx)), _vec(_I16))
+            fields = builder.and_(builder.lshr(pairs, _const_vec(_I16, [j * rem & 7 for j in range(LANES)])),
+                                  _splat(_I16, (1 << rem) - 1))
+            res = builder.or_(res, builder.shl(builder.zext(fields, _vec(_I32)), _splat(_I32, 8 * full)))
+        return res
     res_slot = cgutils.alloca_once_value(builder, _splat(_I32, 0))
     for b in range(3):
         with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
