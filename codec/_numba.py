@@ -9,6 +9,7 @@ The kernels are compiled on first use and cached on disk (``cache=True``).
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -20,7 +21,9 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
-from ._simd import LANES, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16, stats16
+from ._simd import LANES, copy_bytes, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16, stats16
+
+assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
 _HEAD = CHUNK_HEAD.size
 _N_ZL = len(ZERO_LEVELS)
@@ -299,10 +302,9 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for lane in range(k):
         _put32(out, p + 4 * lane, np.int64(x[lane]))
     p += 4 * k
-    for t in range(n_words):
-        _put16(out, p + 2 * t, np.int64(wbuf[pos + t]))
+    copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
-    out[p:p + nplane] = plane[:nplane]
+    copy_bytes(out, p, plane, 0, nplane)
     p += nplane
     emask = (1 << E) - 1
     for g in range(n_groups):

@@ -399,3 +399,20 @@ def stats16(typingctx, words, at, em, acc32, acc64):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def copy_bytes(typingctx, dst, dst_at, src, src_at, nbytes):
+    """``memcpy`` of ``nbytes`` bytes from byte offset ``src_at`` of array ``src`` to byte offset
+    ``dst_at`` of array ``dst`` (any dtypes; the caller checks the bounds; no overlap).  Numba's
+    slice assignment may first copy the source to a temporary when it cannot rule out overlap."""
+    sig = types.void(dst, dst_at, src, src_at, nbytes)
+
+    def codegen(context, builder, signature, args):
+        da, dat, sa, sat, nb = args
+        d = builder.gep(_data(context, builder, signature.args[0], da), [dat])
+        s = builder.gep(_data(context, builder, signature.args[2], sa), [sat])
+        cgutils.raw_memcpy(builder, d, s, nb, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
