@@ -140,6 +140,12 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     kinds, sizes, crcs = [], [], []
     group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
     for start in range(0, len(words), group):
+        if hasattr(impl, "encode_append"):       # numba: payloads copied into ``out`` by all threads
+            k, s, c = impl.encode_append(out, words[start:start + group], lay, chunk_size, checksum)
+            kinds.append(k)
+            sizes += s.tolist()
+            crcs += c or []
+            continue
         k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
         kinds.append(k)
         for p in payloads:
