@@ -21,7 +21,8 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
-from ._simd import LANES, copy_bytes, encode_prepare16, rans_decode16, rans_decode16_values, rans_encode16, stats16
+from ._simd import (LANES, copy_bytes, encode_prepare16, prefetch, rans_decode16, rans_decode16_values, rans_encode16,
+                    stats16)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -206,7 +207,7 @@ def _stats(vals, m, E, M):
 
 
 @njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf):
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead):
     """_code_values for chunks without ZERO symbols and 16 or 32 lanes, 16 values at a time:
     symbols and residual plane in one forward SIMD pass, then the rANS rounds backwards with
     the flushed words stored downwards from the end of ``wbuf`` (so they end in stream order)."""
@@ -279,9 +280,14 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             xl >>= 16
         qq = np.int64(xl * inv[sy] + 6.103515625e-05)
         x[lane] = (qq << PROB_BITS) + (xl - qq * f[sy]) + cum[sy]
+    # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
+    # cache, a line per round, so that its statistics pass does not wait on memory
+    pf = 0
     for r in range(full_rounds - 1, -1, -1):
         for h in range(k - LANES, -1, -LANES):
             pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
+        prefetch(ahead, pf)
+        pf += 64
     n_words = cap - pos
     size = _HEAD + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
@@ -318,11 +324,12 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 @njit(cache=True)
 def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                 mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out):
+                 mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
 
-    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch.
+    ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch; ``ahead``: the input that
+    will be coded next (prefetched while the rANS rounds run).
     """
     emask = (1 << E) - 1
     lowmask = (1 << (M - 1)) - 1
@@ -338,7 +345,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
         shift += 1
     zero_ok = f[SYM_ZERO] > 0
     if _lanes(m) % LANES == 0 and not (zero_ok and n_zero > 0):
-        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf)
+        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead)
     n_sm = 0
     n_esc = 0
     for i in range(m):
@@ -448,7 +455,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
 
 
 @njit(cache=True)
-def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, best):
+def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, best, ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
     The plain coded payload is written straight into the slot when it fits; zero-block
     candidates are coded into scratch and copied when smaller."""
@@ -468,7 +475,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
     nobits = np.empty(0, np.uint8)
     n_zero = np.zeros(2, np.int64)
     best_size = _code_values(w, n, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                             0, nobits, 0, best, sym, wbuf, n_zero)
+                             0, nobits, 0, best, sym, wbuf, n_zero, ahead)
     for mode in (_MODE_A, _MODE_B):
         if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
             break
@@ -499,7 +506,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
                     kept += 1
         scratch = np.empty(n * itemsize, np.uint8)
         size = _code_values(vals, kept, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                            mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:])
+                            mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
         if size < best_size and size <= len(scratch):
             best_size = size
             best[:size] = scratch[:size]
@@ -521,7 +528,8 @@ def _encode_all(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets,
         lo = c * chunk_size
         n = min(chunk_size, numel - lo)
         kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
-                                   zero_thresholds, slots[lo * itemsize:(lo + n) * itemsize])
+                                   zero_thresholds, slots[lo * itemsize:(lo + n) * itemsize],
+                                   words[lo + n:min(numel, lo + 2 * n)])
         kinds[c] = kind
         sizes[c] = size
 

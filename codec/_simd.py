@@ -416,3 +416,18 @@ def copy_bytes(typingctx, dst, dst_at, src, src_at, nbytes):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, byte_offset):
+    """Prefetch the cache line at ``byte_offset`` bytes into ``arr``'s data (any offset: a prefetch
+    never faults and reads nothing architecturally)."""
+    sig = types.void(arr, byte_offset)
+
+    def codegen(context, builder, signature, args):
+        p = builder.gep(_data(context, builder, signature.args[0], args[0]), [args[1]])
+        fn = _declare(builder, "llvm.prefetch.p0", ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
+        builder.call(fn, [p, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
