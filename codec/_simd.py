@@ -293,20 +293,33 @@ def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n
             rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
             fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
             fields = builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one))
-            shifts = builder.mul(_const_vec(_I64, [j % 8 for j in range(LANES)]), _broadcast(builder, _I64, remv))
-            placed = builder.shl(builder.zext(fields, _vec(_I64)), shifts)
+            # 8 fields of < 2^rem, one per byte of a u64: squeeze out the unused high bits of each byte,
+            # then of each 16-bit and each 32-bit half (SWAR), leaving 8*rem packed bits
+            two = ir.VectorType(_I64, 2)
+            w = builder.bitcast(builder.trunc(fields, _vec(_I8)), two)
+            sp = lambda v: _broadcast2(builder, v)  # noqa: E731
+            for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
+                lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
+                hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
+                gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
+                w = builder.or_(lo, builder.lshr(hi, sp(gap)))
+            w = builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
+                            builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
+                                        sp(builder.mul(remv, ir.Constant(_I64, 4)))))
             g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
                              builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
             for g in range(2):
-                part = builder.shuffle_vector(placed, ir.Constant(_vec(_I64), None),
-                                              _const_vec_n(_I32, list(range(8 * g, 8 * g + 8))))
-                reduce_or = _declare(builder, "llvm.vector.reduce.or.v8i64", _I64, [part.type])
                 _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
-                           builder.call(reduce_or, [part]))
+                           builder.extract_element(w, ir.Constant(_I32, g)))
         esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
         return _popcount16(builder, esc)
 
     return sig, codegen
+
+
+def _broadcast2(builder, scalar):
+    v = builder.insert_element(ir.Constant(ir.VectorType(_I64, 2), None), scalar, ir.Constant(_I32, 0))
+    return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
 
 
 def _const_vec_n(t, values):
