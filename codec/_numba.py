@@ -166,6 +166,37 @@ def _get32(buf, p):
             | (np.int64(buf[p + 3]) << 24))
 
 
+@njit(cache=True, inline="always")
+def _put_escapes(out, p, vals, sym, lo, hi, E, M):
+    """The escapes of values ``[lo, hi)`` (exponent field << 1 | leading mantissa bit) at ``p``; returns the new end."""
+    for i in range(lo, hi):
+        if sym[i] == SYM_ESC:
+            w = np.int64(vals[i])
+            _put16(out, p, (((w >> M) & ((1 << E) - 1)) << 1) | ((w >> (M - 1)) & 1))
+            p += 2
+    return p
+
+
+@njit(cache=True, inline="always")
+def _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
+    """A CODED payload's chunk header, zero-block bitmap and final rANS states; returns the offset after them."""
+    _put16(out, 0, cb)
+    _put16(out, 2, ref & 0xFFFF)
+    out[4] = shift
+    out[5] = mode
+    _put16(out, 6, 0)
+    _put32(out, 8, n_sm)
+    _put32(out, 12, n_esc)
+    _put32(out, 16, n_words)
+    p = _HEAD
+    for b in range(nbitmap):
+        out[p + b] = bitmap[b]
+    p += nbitmap
+    for lane in range(k):
+        _put32(out, p + 4 * lane, np.int64(x[lane]))
+    return p + 4 * k
+
+
 @njit(cache=True)
 def _stats(vals, m, E, M):
     """The integer statistics the codebook is chosen from: zeros, non-zero magnitudes, sum and sum
@@ -293,32 +324,13 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
     # payload: header, bitmap, states, words, plane, escapes
-    _put16(out, 0, cb)
-    _put16(out, 2, ref & 0xFFFF)
-    out[4] = shift
-    out[5] = mode
-    _put16(out, 6, 0)
-    _put32(out, 8, m)
-    _put32(out, 12, n_esc)
-    _put32(out, 16, n_words)
-    p = _HEAD
-    for b in range(nbitmap):
-        out[p + b] = bitmap[b]
-    p += nbitmap
-    for lane in range(k):
-        _put32(out, p + 4 * lane, np.int64(x[lane]))
-    p += 4 * k
+    p = _put_head(out, cb, ref, shift, mode, m, n_esc, n_words, bitmap, nbitmap, x, k)
     copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
     copy_bytes(out, p, plane, 0, nplane)
     p += nplane
-    emask = (1 << E) - 1
     for g in range(n_groups):
-        for i in range(esc_groups[g], min(m, esc_groups[g] + LANES)):
-            if sym[i] == SYM_ESC:
-                w = np.int64(vals[i])
-                _put16(out, p, (((w >> M) & emask) << 1) | ((w >> (M - 1)) & 1))
-                p += 2
+        p = _put_escapes(out, p, vals, sym, esc_groups[g], min(m, esc_groups[g] + LANES), E, M)
     return p
 
 
@@ -393,22 +405,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, M - shift) + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
-    # header
-    _put16(out, 0, cb)
-    _put16(out, 2, ref & 0xFFFF)
-    out[4] = shift
-    out[5] = mode
-    _put16(out, 6, 0)
-    _put32(out, 8, n_sm)
-    _put32(out, 12, n_esc)
-    _put32(out, 16, cnt)
-    p = _HEAD
-    for b in range(nbitmap):
-        out[p + b] = bitmap[b]
-    p += nbitmap
-    for lane in range(k):
-        _put32(out, p, x[lane])
-        p += 4
+    p = _put_head(out, cb, ref, shift, mode, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
     for t in range(cnt):
         _put16(out, p, wbuf[cnt - 1 - t])
         p += 2
@@ -445,13 +442,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
         q += 1
         acc >>= 8
         nacc -= 8
-    p = plane_start + nbytes
-    for i in range(m):
-        if sym[i] == SYM_ESC:
-            w = np.int64(vals[i])
-            _put16(out, p, (((w >> M) & emask) << 1) | ((w >> (M - 1)) & 1))
-            p += 2
-    return p
+    return _put_escapes(out, plane_start + nbytes, vals, sym, 0, m, E, M)
 
 
 @njit(cache=True)
@@ -1009,7 +1000,6 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     """Same contract as :func:`reference.decode_chunks`; raises the same :class:`FormatError`."""
     if not len(chunks):
         return
-    fam = load_family()
     lay = h.layout
     mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     sel = slice(chunks.start, chunks.stop)
