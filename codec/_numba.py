@@ -548,22 +548,26 @@ def _family64():
 _FAMILY64 = None
 
 
-def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list]:
-    """Same contract and bytes as :func:`reference.encode_chunks`, except that the payloads are views
-    of a per-thread buffer, valid until this thread's next call (``codec.encode`` copies them)."""
+def _encode_to_slots(words: np.ndarray, lay: FloatLayout, chunk_size: int):
+    """Encode every chunk into its slot of this thread's slot buffer: (kinds, sizes, payload views)."""
     numel = len(words)
     n_chunks = -(-numel // chunk_size)
     kinds = np.zeros(n_chunks, np.uint8)
     sizes = np.zeros(n_chunks, np.int64)
-    if n_chunks == 0:
-        return kinds, []
     slots = _slots(numel * lay.itemsize)
-    w = np.ascontiguousarray(words)
-    _encode_all(w, chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(), slots, kinds,
-                sizes)
-    base = np.arange(n_chunks, dtype=np.int64) * chunk_size * lay.itemsize
+    if n_chunks:
+        _encode_all(np.ascontiguousarray(words), chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
+                    *_family64(), slots, kinds, sizes)
+    stride = chunk_size * lay.itemsize
     mv = memoryview(slots)
-    return kinds, [mv[b:b + s] for b, s in zip(base.tolist(), sizes.tolist())]
+    return kinds, sizes, slots, [mv[c * stride:c * stride + s] for c, s in enumerate(sizes.tolist())]
+
+
+def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple[np.ndarray, list]:
+    """Same contract and bytes as :func:`reference.encode_chunks`, except that the payloads are views
+    of a per-thread buffer, valid until this thread's next call."""
+    kinds, _, _, payloads = _encode_to_slots(words, lay, chunk_size)
+    return kinds, payloads
 
 
 @njit(cache=True, parallel=True, nogil=True)
@@ -595,22 +599,15 @@ def _grow(out: bytearray, n: int) -> None:
 def encode_append(out: bytearray, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
     """Encode ``words`` and append the payloads to ``out`` (copied by all threads); return the
     chunks' kinds, payload sizes and CRC32C (``None`` unless ``checksum``)."""
-    numel = len(words)
-    n_chunks = -(-numel // chunk_size)
-    kinds = np.zeros(n_chunks, np.uint8)
-    sizes = np.zeros(n_chunks, np.int64)
+    kinds, sizes, slots, payloads = _encode_to_slots(words, lay, chunk_size)
+    n_chunks = len(kinds)
     if n_chunks == 0:
         return kinds, sizes, [] if checksum else None
-    stride = chunk_size * lay.itemsize
-    slots = _slots(numel * lay.itemsize)
-    _encode_all(np.ascontiguousarray(words), chunk_size, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
-                *_family64(), slots, kinds, sizes)
     crcs = None
     if checksum:
         from .format import crc32c
 
-        mv = memoryview(slots)
-        crcs = [crc32c(mv[c * stride:c * stride + int(sizes[c])]) for c in range(n_chunks)]
+        crcs = [crc32c(p) for p in payloads]
     start = len(out)
     offsets = np.empty(n_chunks, np.int64)
     offsets[0] = start
@@ -619,7 +616,7 @@ def encode_append(out: bytearray, words: np.ndarray, lay: FloatLayout, chunk_siz
     _grow(out, start + int(sizes.sum()))
     dst = np.frombuffer(out, np.uint8)
     try:
-        _gather_payloads(slots, stride, sizes, offsets, dst)
+        _gather_payloads(slots, chunk_size * lay.itemsize, sizes, offsets, dst)
     finally:
         del dst                         # release the export before ``out`` is resized again
     return kinds, sizes, crcs
