@@ -43,7 +43,7 @@ def _splat(t, v):
 
 
 def _const_vec(t, values):
-    return ir.Constant(_vec(t), [ir.Constant(t, v) for v in values])
+    return ir.Constant(ir.VectorType(t, len(values)), [ir.Constant(t, v) for v in values])
 
 
 def _broadcast(builder, t, scalar):
@@ -208,7 +208,7 @@ def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None
                 lo = j * rem >> 3
                 idx += [lo, min(lo + 1, LANES - 1)]
             pairs = builder.bitcast(builder.shuffle_vector(raw, ir.Constant(_vec(_I8), None),
-                                                           _const_vec_n(_I32, idx)), _vec(_I16))
+                                                           _const_vec(_I32, idx)), _vec(_I16))
             fields = builder.and_(builder.lshr(pairs, _const_vec(_I16, [j * rem & 7 for j in range(LANES)])),
                                   _splat(_I16, (1 << rem) - 1))
             res = builder.or_(res, builder.shl(builder.zext(fields, _vec(_I32)), _splat(_I32, 8 * full)))
@@ -320,10 +320,6 @@ def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n
 def _broadcast2(builder, scalar):
     v = builder.insert_element(ir.Constant(ir.VectorType(_I64, 2), None), scalar, ir.Constant(_I32, 0))
     return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
-
-
-def _const_vec_n(t, values):
-    return ir.Constant(ir.VectorType(t, len(values)), [ir.Constant(t, v) for v in values])
 
 
 @intrinsic
