@@ -62,7 +62,7 @@ def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
     return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
 
 
-ENCODE_GROUP_BYTES = 16 << 20   # input encoded per backend call: bounds the scratch to 16 MiB
+ENCODE_GROUP_BYTES = 16 << 20   # input per encode_chunks call of the backends that return payloads
 
 
 def partition(numel: int, parts: int, dtype, *, chunk_size: int | None = None) -> list[int]:
@@ -122,7 +122,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
     chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).
     Returns the stream (format: :mod:`codec.format`) as a ``bytearray``, built in place: peak
-    extra memory is about the output plus 16 MiB.  ``x`` is never modified.
+    extra memory is about the output (plus up to 16 MiB of scratch with several numba threads).  ``x`` is never modified.
     """
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
@@ -139,27 +139,32 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     out = bytearray(fmt.header_nbytes(len(shape), n_chunks, checksum))    # header is filled in last
     kinds, sizes, crcs = [], [], []
     group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
-    for start in range(0, len(words), group):
-        if hasattr(impl, "encode_append"):       # numba: payloads copied into ``out`` by all threads
-            k, s, c = impl.encode_append(out, words[start:start + group], lay, chunk_size, checksum)
-            kinds.append(k)
-            sizes += s.tolist()
-            crcs += c or []
-            continue
-        k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
+    if hasattr(impl, "encode_into"):             # numba: payloads coded straight into ``out``
+        pos = len(out)
+        impl.reserve(out, pos + len(words) * lay.itemsize)      # the worst case, every chunk raw
+        k, s, c = impl.encode_into(out, pos, words, lay, chunk_size, checksum)
         kinds.append(k)
-        for p in payloads:
-            sizes.append(len(p))
-            if checksum:
-                crcs.append(fmt.crc32c(p))
-            out += p
+        sizes = s.tolist()
+        crcs = c or []
+        impl.shrink(out, pos + int(s.sum()))
+    else:
+        for start in range(0, len(words), group):
+            k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
+            kinds.append(k)
+            for p in payloads:
+                sizes.append(len(p))
+                if checksum:
+                    crcs.append(fmt.crc32c(p))
+                out += p
     head = fmt.pack_header(lay, shape, chunk_size, flags, np.concatenate(kinds) if kinds else [], sizes,
                            crcs if checksum else None)
     out[:len(head)] = head
     return out
 
 
-def _decode_words(buf, first: int | None, last: int | None, backend: str):
+def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None):
+    """Header and the words of chunks ``[first, last)``; decoded into ``dest(h, n)`` (a callable giving
+    a writeable uint array of ``n`` words) when given, else into a fresh array."""
     h = fmt.parse_header(buf)
     first = 0 if first is None else first
     last = h.n_chunks if last is None else last
@@ -168,7 +173,7 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str):
     chunks = range(first, last)
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
-    out = np.empty(n, dtype=h.layout.uint)
+    out = np.empty(n, dtype=h.layout.uint) if dest is None else dest(h, n)
     _backend(backend).decode_chunks(h, buf, chunks, out)
     return h, out
 
@@ -184,14 +189,42 @@ def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
     return torch.from_numpy(signed).view(getattr(torch, lay.name)).reshape(shape)
 
 
+def _out_words(out):
+    """The words of a caller's ``out`` to decode into, in place (never a copy)."""
+    if _is_torch(out):
+        if out.device.type != "cpu" or not out.is_contiguous():
+            raise ValueError("out must be a contiguous CPU tensor")
+        import torch
+
+        lay = layout_for(out.dtype)
+
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
+        return out.detach().view(-1).view(ints).numpy().view(lay.uint), lay
+    if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be a writeable C-contiguous array")
+    lay = layout_for(out.dtype)
+    return out.reshape(-1).view(lay.uint), lay
+
+
 def decode(buf, *, out=None, backend: str = "auto"):
     """Decompress a stream made by :func:`encode`; bit-exact.
 
     Returns an array of the original dtype and shape: a torch tensor if a torch tensor was
-    encoded and torch is importable, else a NumPy array.  ``out``: an array or tensor of
-    the same dtype and number of elements to decode into (returned).
+    encoded and torch is importable, else a NumPy array.  ``out``: a C-contiguous array or CPU
+    tensor of the same dtype and number of elements, decoded into in place and returned (if the
+    stream turns out to be bad, ``out`` may be partly overwritten before the error is raised).
     Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
     """
+    if out is not None:
+        dst, lay = _out_words(out)
+
+        def dest(h, n):
+            if lay is not h.layout or dst.size != n:
+                raise ValueError(f"out must hold {n} values of {h.layout.name}, got {dst.size} of {lay.name}")
+            return dst
+
+        _decode_words(buf, None, None, backend, dest)
+        return out
     h, words = _decode_words(buf, None, None, backend)
     torch_out = bool(h.flags & fmt.FLAG_TORCH)
     if torch_out:
@@ -199,20 +232,7 @@ def decode(buf, *, out=None, backend: str = "auto"):
             import torch  # noqa: F401
         except ImportError:
             torch_out = False
-    if out is None:
-        return _to_family(words, h.layout, h.shape, torch_out)
-    dst, lay, _, _ = _as_words(out)
-    if lay is not h.layout or dst.size != words.size:
-        raise ValueError(f"out must hold {words.size} values of {h.layout.name}, got {dst.size} of {lay.name}")
-    if _is_torch(out):
-        if not out.is_contiguous():
-            raise ValueError("out must be contiguous")
-        out.view(-1).copy_(_to_family(words, lay, (-1,), True))
-    else:
-        if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
-            raise ValueError("out must be a writeable C-contiguous array")
-        out.reshape(-1).view(lay.uint)[:] = words
-    return out
+    return _to_family(words, h.layout, h.shape, torch_out)
 
 
 def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.ndarray:

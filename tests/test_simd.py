@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import codec
+import reference
 from codec.layouts import layout_for
 from tests.helpers import DTYPES, assert_bit_equal, bits, np_dtype
 
@@ -78,14 +79,28 @@ def test_truncated_large_chunk():
             codec.decode(blob[:-cut])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("checksum", [False, True])
-def test_grouped_encode_appends_in_place(monkeypatch, checksum):
-    # several encode groups: the numba backend appends each group's payloads to the output itself
-    import codec.api
+def test_grouped_encode_in_place(monkeypatch, checksum, threads):
+    # the numba backend codes each thread's run of chunks straight into the output or into scratch
+    # (then copied behind it), in groups that bound the scratch: 7 chunks -> groups of 6 and 1 with 2 threads
+    import numba
 
-    monkeypatch.setattr(codec.api, "ENCODE_GROUP_BYTES", 3 * 16384 * 2)
+    import codec._numba
+
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip(f"numba has {numba.config.NUMBA_NUM_THREADS} thread(s)")
+    monkeypatch.setattr(codec._numba, "SCRATCH_BYTES", 3 * 16384 * 2)
     x = _variant("escapes", "bfloat16", 7 * 16384 + 99, seed=11)
-    fast = codec.encode(x, chunk_size=16384, checksum=checksum)
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        fast = codec.encode(x, chunk_size=16384, checksum=checksum)
+        kinds, payloads = codec._numba.encode_chunks(x.view(np.uint16), layout_for(x.dtype), 16384)
+    finally:
+        numba.set_num_threads(before)
     assert isinstance(fast, bytearray)
     assert fast == codec.encode(x, chunk_size=16384, checksum=checksum, backend="reference")
+    ref_kinds, ref_payloads = reference.encode_chunks(x.view(np.uint16), layout_for(x.dtype), 16384)
+    assert np.array_equal(kinds, ref_kinds) and [bytes(p) for p in payloads] == [bytes(p) for p in ref_payloads]
     assert_bit_equal(codec.decode(fast), x)
