@@ -22,7 +22,7 @@ from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RA
                      Header)
 from .layouts import FloatLayout
 from ._simd import (LANES, copy_bytes, encode_prepare16, prefetch, rans_decode16, rans_decode16_values, rans_encode16,
-                    stats16)
+                    stats16, values16_escaped)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -823,10 +823,15 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm
         if dense and done == at and at + LANES <= v_safe:
             ret = _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, E, M, out)
             wp = ret & _MASK62
-            if ret >> 62:            # ESC / ZERO / field out of range in this group: redo it one by one
-                ke = _values_dense(buf, sym, at, at + LANES, prm, ke, E, M, out)
-                if ke < 0:
-                    return wp, done, ke
+            if ret >> 62:            # ESC or ZERO lanes: escapes by SIMD, the rest one value at a time
+                ke_esc = values16_escaped(buf, sym, at, plane, n_sm, full, rem, shift, ref, em, out, prm[_P_ESC], ke,
+                                          prm[_P_NESC])
+                if ke_esc >= 0:
+                    ke = ke_esc
+                else:
+                    ke = _values_dense(buf, sym, at, at + LANES, prm, ke, E, M, out)
+                    if ke < 0:
+                        return wp, done, ke
             done = at + LANES
         else:
             wp = rans_decode16(x, h, tab, buf, wp, sym, at)
@@ -994,80 +999,100 @@ def _copy_chunk(buf, a, kind, n, itemsize, dst):
             dst[i] = v
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _decode_all(buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out, errors):
-    """Chunks two at a time: the SIMD rounds of both chunks alternate in one loop, so one chunk's
-    table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a time)."""
+@njit(cache=True, inline="always")
+def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out,
+                 errors):
+    """Chunks ``2*pair`` and ``2*pair + 1``: the SIMD rounds of both alternate in one loop, so one
+    chunk's table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a
+    time).  Inlined into a kernel per dtype, where ``itemsize``/``E``/``M`` are constants and only
+    that dtype's value assembly is compiled (fewer registers spilled in the round loop)."""
     n_chunks = len(kinds)
-    for pair in prange((n_chunks + 1) // 2):
-        prm = np.zeros((2, _N_PRM), np.int64)
-        tab = np.empty((2, TOTAL), np.uint32)
-        x = np.empty((2, MAX_LANES), np.uint32)
-        sym = np.empty((2, chunk_size), np.uint8)
-        coded = np.zeros(2, np.bool_)
-        for t in range(2):
-            j = 2 * pair + t
-            if j >= n_chunks:
-                continue
-            lo = (first + j) * chunk_size
-            n = min(chunk_size, numel - lo)
-            dst = out[j * chunk_size:j * chunk_size + n]
-            if kinds[j] != KIND_CODED:
-                _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
-                continue
-            err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t], x[t])
-            errors[j] = err
-            coded[t] = err == 0
-        j0 = 2 * pair
-        o0 = out[j0 * chunk_size:(j0 + 1) * chunk_size]
-        o1 = out[(j0 + 1) * chunk_size:(j0 + 2) * chunk_size] if j0 + 1 < n_chunks else o0
-        p0 = prm[0]
-        p1 = prm[1]
-        x0 = x[0]
-        x1 = x[1]
-        t0 = tab[0]
-        t1 = tab[1]
-        s0 = sym[0]
-        s1 = sym[1]
-        em = (E << 8) | M
-        # chunk 0 / chunk 1 parameters, unpacked into locals
-        wp0, wend0, fast0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0, ref0 = (
-            p0[_P_WP], p0[_P_WEND], p0[_P_FAST], p0[_P_K], p0[_P_DENSE], p0[_P_VSAFE], p0[_P_PLANE], p0[_P_NSM],
-            p0[_P_FULL], p0[_P_REM], p0[_P_SHIFT], p0[_P_REF])
-        wp1, wend1, fast1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1, ref1 = (
-            p1[_P_WP], p1[_P_WEND], p1[_P_FAST], p1[_P_K], p1[_P_DENSE], p1[_P_VSAFE], p1[_P_PLANE], p1[_P_NSM],
-            p1[_P_FULL], p1[_P_REM], p1[_P_SHIFT], p1[_P_REF])
-        r0 = 0
-        r1 = 0
-        d0 = 0
-        d1 = 0
-        e0 = 0
-        e1 = 0
-        go0 = coded[0] and r0 < fast0 and wp0 + 2 * k0_ <= wend0
-        go1 = coded[1] and r1 < fast1 and wp1 + 2 * k1_ <= wend1
-        while go0 and go1:
-            wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                      ref0, em, p0, E, M, o0)
-            wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                      ref1, em, p1, E, M, o1)
-            r0 += 1
-            r1 += 1
-            go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
-            go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
-        while go0:
-            wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                      ref0, em, p0, E, M, o0)
-            r0 += 1
-            go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
-        while go1:
-            wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                      ref1, em, p1, E, M, o1)
-            r1 += 1
-            go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
-        if coded[0]:
-            errors[j0] = _finish_chunk(buf, p0, t0, x0, s0, r0, wp0, d0, e0, E, M, o0)
-        if coded[1]:
-            errors[j0 + 1] = _finish_chunk(buf, p1, t1, x1, s1, r1, wp1, d1, e1, E, M, o1)
+    prm = np.zeros((2, _N_PRM), np.int64)
+    tab = np.empty((2, TOTAL), np.uint32)
+    x = np.empty((2, MAX_LANES), np.uint32)
+    sym = np.empty((2, chunk_size), np.uint8)
+    coded = np.zeros(2, np.bool_)
+    for t in range(2):
+        j = 2 * pair + t
+        if j >= n_chunks:
+            continue
+        lo = (first + j) * chunk_size
+        n = min(chunk_size, numel - lo)
+        dst = out[j * chunk_size:j * chunk_size + n]
+        if kinds[j] != KIND_CODED:
+            _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
+            continue
+        err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t], x[t])
+        errors[j] = err
+        coded[t] = err == 0
+    j0 = 2 * pair
+    o0 = out[j0 * chunk_size:(j0 + 1) * chunk_size]
+    o1 = out[(j0 + 1) * chunk_size:(j0 + 2) * chunk_size] if j0 + 1 < n_chunks else o0
+    p0 = prm[0]
+    p1 = prm[1]
+    x0 = x[0]
+    x1 = x[1]
+    t0 = tab[0]
+    t1 = tab[1]
+    s0 = sym[0]
+    s1 = sym[1]
+    em = (E << 8) | M
+    # chunk 0 / chunk 1 parameters, unpacked into locals
+    wp0, wend0, fast0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0, ref0 = (
+        p0[_P_WP], p0[_P_WEND], p0[_P_FAST], p0[_P_K], p0[_P_DENSE], p0[_P_VSAFE], p0[_P_PLANE], p0[_P_NSM],
+        p0[_P_FULL], p0[_P_REM], p0[_P_SHIFT], p0[_P_REF])
+    wp1, wend1, fast1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1, ref1 = (
+        p1[_P_WP], p1[_P_WEND], p1[_P_FAST], p1[_P_K], p1[_P_DENSE], p1[_P_VSAFE], p1[_P_PLANE], p1[_P_NSM],
+        p1[_P_FULL], p1[_P_REM], p1[_P_SHIFT], p1[_P_REF])
+    r0 = 0
+    r1 = 0
+    d0 = 0
+    d1 = 0
+    e0 = 0
+    e1 = 0
+    go0 = coded[0] and r0 < fast0 and wp0 + 2 * k0_ <= wend0
+    go1 = coded[1] and r1 < fast1 and wp1 + 2 * k1_ <= wend1
+    while go0 and go1:
+        wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
+                                  ref0, em, p0, E, M, o0)
+        wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
+                                  ref1, em, p1, E, M, o1)
+        r0 += 1
+        r1 += 1
+        go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
+        go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
+    while go0:
+        wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
+                                  ref0, em, p0, E, M, o0)
+        r0 += 1
+        go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
+    while go1:
+        wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
+                                  ref1, em, p1, E, M, o1)
+        r1 += 1
+        go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
+    if coded[0]:
+        errors[j0] = _finish_chunk(buf, p0, t0, x0, s0, r0, wp0, d0, e0, E, M, o0)
+    if coded[1]:
+        errors[j0 + 1] = _finish_chunk(buf, p1, t1, x1, s1, r1, wp1, d1, e1, E, M, o1)
+
+
+_DECODERS = {}
+
+
+def _decoder(lay: FloatLayout):
+    """The parallel decode kernel of one layout, its constants baked in (compiled and cached per layout)."""
+    kernel = _DECODERS.get(lay.code)
+    if kernel is None:
+        itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
+
+        def decode_all(buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors):
+            for pair in prange((len(kinds) + 1) // 2):
+                _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
+                             freqs, out, errors)
+
+        kernel = _DECODERS[lay.code] = njit(cache=True, parallel=True, nogil=True)(decode_all)
+    return kernel
 
 
 def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
@@ -1080,9 +1105,8 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     ends = h.ends[sel] + h.payload_start
     starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
     errors = np.zeros(len(chunks), np.int64)
-    _decode_all(mv, starts.astype(np.int64), ends.astype(np.int64), np.ascontiguousarray(h.kinds[sel]),
-                chunks.start, h.chunk_size, h.numel, lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf,
-                _freqs64(), out, errors)
+    _decoder(lay)(mv, starts.astype(np.int64), ends.astype(np.int64), np.ascontiguousarray(h.kinds[sel]),
+                  chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
     bad = np.flatnonzero(errors)
     if len(bad):
         j = int(bad[0])

@@ -136,7 +136,7 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     residual i: no ZERO symbol, no zero block).
 
     Returns the new stream offset, ``| 1 << 62`` when some lane's symbol is not a window symbol
-    inside the exponent range (ESC, ZERO, out of range): the caller then redoes these 16 values.
+    (ESC, ZERO): the caller then redoes these 16 values.
     ``plane``: offset of the residual plane (``full`` byte planes of ``n_sm`` bytes, then
     ``rem``-bit fields, 8 values per ``rem`` bytes); reads the 8 bytes at each of the two groups
     of ``rem`` bytes, so the caller keeps ``plane + full*n_sm + (at//8 + 1)*rem + 8`` inside
@@ -147,7 +147,6 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     ``full``, ``rem``, ``shift`` and ``em`` may be literals: the kernel is then specialised.
     """
     sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out)
-    out_elem = ir.IntType(out.dtype.bitwidth)
 
     def codegen(context, builder, signature, args):
         xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa = args
@@ -158,29 +157,78 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
         builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
                       align=1)
         res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv, _literal(st[9]), _literal(st[10]))
-        vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
-        e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
-        m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
-        sh = vec32(shiftv)
-        one = _splat(_I32, 1)
-        # window symbol s codes field e = (s - W0 >> 1) + ref - WINDOW_LOW and leading bit s - W0 & 1,
-        # so e << M | lead << (M-1) == (s - W0 + 2*(ref - WINDOW_LOW)) << (M-1) =: t << (M-1)
-        t = builder.add(s, vec32(builder.sub(builder.shl(builder.sub(refv, ir.Constant(_I64, WINDOW_LOW)),
-                                                         ir.Constant(_I64, 1)), ir.Constant(_I64, SYM_WINDOW0))))
-        top2 = builder.sub(builder.shl(_splat(_I32, 2), e_w), one)           # 2 * top + 1
-        bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0)),
-                          builder.icmp_unsigned(">", t, top2))
-        ssr = builder.sub(builder.sub(m_w, one), sh)
-        low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
-        val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)),
-                          builder.shl(t, builder.sub(m_w, one)))
-        val = builder.or_(val, builder.shl(low, sh))
-        ob = _data(context, builder, st[14], oa)
-        dst = _at(builder, ob, builder.mul(atv, ir.Constant(_I64, out_elem.width // 8)), _vec(out_elem))
-        builder.store(builder.trunc(val, _vec(out_elem)) if out_elem.width < 32 else val, dst,
-                      align=out_elem.width // 8)
+        t = _window_t(builder, s, refv)
+        # a window symbol's field is inside the exponent range: the slot table only holds symbols of
+        # non-zero frequency, and the chunk's tables give every field outside the range zero
+        # frequency (codec.codebook.clip_to_dtype); so only ESC and ZERO lanes need the scalar path
+        bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
+        _store_values16(context, builder, st[14], oa, atv, res, t, emv, shiftv)
         any_bad = builder.zext(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)), _I64)
         return builder.or_(wpn, builder.shl(any_bad, ir.Constant(_I64, 62)))
+
+    return sig, codegen
+
+
+def _window_t(builder, s, refv):
+    """``field << 1 | leading bit`` of window symbols ``s`` (i32 lanes): window symbol s codes field
+    ``(s - W0 >> 1) + ref - WINDOW_LOW`` and leading bit ``s - W0 & 1``, so ``e << M | lead << (M-1)
+    == (s - W0 + 2*(ref - WINDOW_LOW)) << (M-1) =: t << (M-1)``."""
+    c = builder.sub(builder.shl(builder.sub(refv, ir.Constant(_I64, WINDOW_LOW)), ir.Constant(_I64, 1)),
+                    ir.Constant(_I64, SYM_WINDOW0))
+    return builder.add(s, _broadcast(builder, _I32, builder.trunc(c, _I32)))
+
+
+def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv):
+    """``arr[at:at+16] = (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift``."""
+    vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
+    e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+    m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+    sh = vec32(shiftv)
+    one = _splat(_I32, 1)
+    ssr = builder.sub(builder.sub(m_w, one), sh)
+    low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
+    val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)), builder.shl(t, builder.sub(m_w, one)))
+    val = builder.or_(val, builder.shl(low, sh))
+    elem = ir.IntType(aryty.dtype.bitwidth)
+    dst = _at(builder, _data(context, builder, aryty, arr), builder.mul(atv, ir.Constant(_I64, elem.width // 8)),
+              _vec(elem))
+    builder.store(builder.trunc(val, _vec(elem)) if elem.width < 32 else val, dst, align=elem.width // 8)
+
+
+@intrinsic
+def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref, em, out, esc, ke, n_esc):
+    """The 16 values ``out[at:at+16]`` of a dense chunk from their decoded symbols ``sym[at:at+16]``,
+    escaped lanes included: those take ``field << 1 | lead`` from the chunk's escapes (u16 from byte
+    offset ``esc``; ``ke`` of the ``n_esc`` consumed so far), in lane order, as a masked expand-load.
+    The residuals are read as in :func:`rans_decode16_values` (same bounds).  Returns the escapes
+    consumed by the group's end, or -1 (nothing read past the escapes) when a lane is ZERO, the
+    escapes run out or an escape's field exceeds the exponent range: the caller then redoes the
+    group one value at a time, which names the error."""
+    sig = types.int64(buf, sym, at, plane, n_sm, full, rem, shift, ref, em, out, esc, ke, n_esc)
+
+    def codegen(context, builder, signature, args):
+        ba, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, escv, kev, nescv = args
+        st = signature.args
+        bp = _data(context, builder, st[0], ba)
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[1], sa), atv, _vec(_I8)), align=1),
+                         _vec(_I32))
+        is_esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+        ke_new = builder.add(kev, _popcount16(builder, is_esc))
+        enough = builder.icmp_signed("<=", ke_new, nescv)
+        take = builder.select(enough, is_esc, _splat(_I1, 0))
+        expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
+                          [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
+        ev = builder.call(expand, [_at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
+                                   take, ir.Constant(_vec(_I16), None)])
+        t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
+        top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
+            builder.lshr(emv, ir.Constant(_I64, 8)), _I32))), _splat(_I32, 1))          # 2 * top + 1
+        bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)), builder.icmp_unsigned(">", t, top2))
+        any_bad = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
+                              builder.not_(enough))
+        res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv)
+        _store_values16(context, builder, st[10], oa, atv, res, t, emv, shiftv)
+        return builder.select(any_bad, ir.Constant(_I64, -1), ke_new)
 
     return sig, codegen
 

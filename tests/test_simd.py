@@ -104,3 +104,25 @@ def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     ref_kinds, ref_payloads = reference.encode_chunks(x.view(np.uint16), layout_for(x.dtype), 16384)
     assert np.array_equal(kinds, ref_kinds) and [bytes(p) for p in payloads] == [bytes(p) for p in ref_payloads]
     assert_bit_equal(codec.decode(fast), x)
+
+
+@pytest.mark.parametrize("exp_bits,has_inf", [(8, True), (5, True), (4, False)])
+def test_decoder_tables_never_yield_a_field_outside_the_exponent_range(exp_bits, has_inf):
+    # the fused SIMD value assembly checks only for ESC/ZERO lanes: it relies on every window symbol
+    # of a field outside [0, 2^E) having zero frequency in the tables the numba decoder builds
+    from codec import _numba, codebook as cbk
+
+    fam = cbk.load_family()
+    freqs = np.ascontiguousarray(fam.freqs, dtype=np.int64)
+    f = np.empty(cbk.N_SYMBOLS, np.int64)
+    cum = np.empty(cbk.N_SYMBOLS + 1, np.int64)
+    top = (1 << exp_bits) - 1
+    for cb in range(0, len(freqs), 7):
+        for ref in range(-80, top + 80, 3):
+            _numba._tables(freqs, cb, ref, exp_bits, has_inf, f, cum)
+            if cb % 49 == 0:                # the specification (slow in Python: a sample)
+                assert np.array_equal(f, cbk.clip_to_dtype(freqs[cb], ref, exp_bits, has_inf))
+            for j in range(cbk.WINDOW):
+                field = ref - cbk.WINDOW_LOW + j
+                if not 0 <= field <= top:
+                    assert f[cbk.SYM_WINDOW0 + 2 * j] == 0 and f[cbk.SYM_WINDOW0 + 2 * j + 1] == 0, (cb, ref, field)
