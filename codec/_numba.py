@@ -22,7 +22,7 @@ from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RA
                      Header)
 from .layouts import FloatLayout
 from ._simd import (LANES, copy_bytes, encode_prepare16, prefetch, rans_decode16, rans_decode16_values, rans_encode16,
-                    stats16, values16_escaped)
+                    stats16, values16_escaped, values16_window)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -900,10 +900,22 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     n_sm = prm[_P_NSM]
     n_esc = prm[_P_NESC]
     top = (1 << E) - 1
+    plane = prm[_P_PLANE]
+    full = prm[_P_FULL]
+    rem = prm[_P_REM]
+    shift = prm[_P_SHIFT]
+    ref = prm[_P_REF]
+    em = (E << 8) | M
+    # groups of 16 window symbols whose residuals kk..kk+15 can be read 16 at a time inside buf
+    kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
+    if full:
+        kk_safe = min(kk_safe, len(buf) - 16 - plane - (full - 1) * n_sm)
     kk = 0
     blk = 0
     oi = 0
-    for i in range(n_coded):
+    i = 0
+    scalar_to = 0                     # values before this index go one at a time (a group had ESC/ZERO)
+    while i < n_coded:
         if mode != 0 and (oi == 0 or oi % bs == 0):
             # entering a new block: skip (and zero) the all-zero blocks
             blk = oi // bs
@@ -912,7 +924,16 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
                     out[t] = 0
                 blk += 1
             oi = blk * bs
+        if (i >= scalar_to and i + LANES <= n_coded and kk + LANES <= n_sm and kk <= kk_safe
+                and (mode == 0 or oi % bs + LANES <= bs) and oi + LANES <= n):
+            if values16_window(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi) == 0:
+                i += LANES
+                kk += LANES
+                oi += LANES
+                continue
+            scalar_to = i + LANES
         sy = np.int64(sym[i])
+        i += 1
         if sy == SYM_ZERO:
             out[oi] = 0
             oi += 1
@@ -927,12 +948,11 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             e = ev >> 1
             lead = ev & 1
         else:
-            e = ((sy - SYM_WINDOW0) >> 1) + prm[_P_REF] - WINDOW_LOW
+            e = ((sy - SYM_WINDOW0) >> 1) + ref - WINDOW_LOW
             lead = (sy - SYM_WINDOW0) & 1
         if e < 0 or e > top:
             return 12
-        out[oi] = _value(_residual(buf, prm[_P_PLANE], n_sm, prm[_P_FULL], prm[_P_REM], kk), e, lead, E, M,
-                         prm[_P_SHIFT])
+        out[oi] = _value(_residual(buf, plane, n_sm, full, rem, kk), e, lead, E, M, shift)
         kk += 1
         oi += 1
     if kk != n_sm or ke != n_esc:

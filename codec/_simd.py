@@ -136,7 +136,7 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     residual i: no ZERO symbol, no zero block).
 
     Returns the new stream offset, ``| 1 << 62`` when some lane's symbol is not a window symbol
-    (ESC, ZERO): the caller then redoes these 16 values.
+    (ESC, ZERO): the caller then redoes these 16 values.  ``sym[at:at+16]`` is written only then.
     ``plane``: offset of the residual plane (``full`` byte planes of ``n_sm`` bytes, then
     ``rem``-bit fields, 8 values per ``rem`` bytes); reads the 8 bytes at each of the two groups
     of ``rem`` bytes, so the caller keeps ``plane + full*n_sm + (at//8 + 1)*rem + 8`` inside
@@ -154,8 +154,6 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
         bp = _data(context, builder, st[3], ba)
         xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
         s, wpn = _decode_step(builder, xp, _data(context, builder, st[2], ta), bp, wpv)
-        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
-                      align=1)
         res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv, _literal(st[9]), _literal(st[10]))
         t = _window_t(builder, s, refv)
         # a window symbol's field is inside the exponent range: the slot table only holds symbols of
@@ -163,8 +161,11 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
         # frequency (codec.codebook.clip_to_dtype); so only ESC and ZERO lanes need the scalar path
         bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
         _store_values16(context, builder, st[14], oa, atv, res, t, emv, shiftv)
-        any_bad = builder.zext(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)), _I64)
-        return builder.or_(wpn, builder.shl(any_bad, ir.Constant(_I64, 62)))
+        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0))
+        with builder.if_then(any_bad, likely=False):     # only the redo of this group reads them
+            builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
+                                                           _vec(_I8)), align=1)
+        return builder.or_(wpn, builder.shl(builder.zext(any_bad, _I64), ir.Constant(_I64, 62)))
 
     return sig, codegen
 
@@ -233,14 +234,37 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
     return sig, codegen
 
 
+@intrinsic
+def values16_window(typingctx, buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi):
+    """``out[oi:oi+16]`` from the decoded symbols ``sym[i:i+16]`` and residuals ``kk..kk+15`` (any
+    alignment: the pass over chunks with ZERO symbols or zero blocks, where value, symbol and residual
+    indices differ).  Returns 1, having stored garbage, when some lane is ESC or ZERO (the caller then
+    redoes the 16 values one at a time), else 0.  Reads as :func:`_residual16` with ``at = kk``."""
+    sig = types.int64(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi)
+
+    def codegen(context, builder, signature, args):
+        ba, sa, iv, kkv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, oiv = args
+        st = signature.args
+        bp = _data(context, builder, st[0], ba)
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[1], sa), iv, _vec(_I8)), align=1),
+                         _vec(_I32))
+        bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
+        res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv)
+        _store_values16(context, builder, st[11], oa, oiv, res, _window_t(builder, s, refv), emv, shiftv)
+        return builder.zext(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)), _I64)
+
+    return sig, codegen
+
+
 def _literal(ty):
     return getattr(ty, "literal_value", None)
 
 
 def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None):
-    """Residuals of values ``at .. at+15``: ``full`` byte planes, then ``rem``-bit fields.  With
-    ``full``/``rem`` known at compile time (literal arguments) the fields are cut out of one 16-byte
-    load by a constant byte shuffle and per-lane shifts; otherwise from two 8-byte groups."""
+    """Residuals ``at .. at+15`` of a plane: ``full`` byte planes, then ``rem``-bit fields.  With
+    ``full``/``rem`` known at compile time (literal arguments; ``at`` a multiple of 8) the fields are
+    cut out of one 16-byte load by a constant byte shuffle and per-lane shifts; otherwise (any
+    ``at``) from two unaligned 8-byte loads: reads up to byte ``plane + full*n_sm + (at+8)*rem//8 + 8``."""
     if full is not None and rem is not None:
         res = _splat(_I32, 0)
         for b in range(full):
@@ -269,13 +293,17 @@ def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None
                                   _splat(_I32, 8 * b))
             builder.store(builder.or_(builder.load(res_slot), plane_b), res_slot)
     with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
-        g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
-                         builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+        # fields at..at+7 and at+8..at+15: a u64 from the byte of each group's first bit, shifted
+        # down by that bit's position in its byte (0 when ``at`` is a multiple of 8)
+        remstart = builder.add(planev, builder.mul(nsmv, fullv))
         two = ir.VectorType(_I64, 2)
-        pair = builder.insert_element(ir.Constant(two, None), builder.load(_at(builder, bp, g0, _I64), align=1),
-                                      ir.Constant(_I32, 0))
-        pair = builder.insert_element(pair, builder.load(_at(builder, bp, builder.add(g0, remv), _I64), align=1),
-                                      ir.Constant(_I32, 1))
+        pair = ir.Constant(two, None)
+        for g in range(2):
+            bit = builder.mul(builder.add(atv, ir.Constant(_I64, 8 * g)), remv)
+            word = builder.load(_at(builder, bp, builder.add(remstart, builder.lshr(bit, ir.Constant(_I64, 3))),
+                                    _I64), align=1)
+            word = builder.lshr(word, builder.and_(bit, ir.Constant(_I64, 7)))
+            pair = builder.insert_element(pair, word, ir.Constant(_I32, g))
         groups = builder.shuffle_vector(pair, ir.Constant(two, None), _const_vec(_I32, [j // 8 for j in range(LANES)]))
         shifts = builder.mul(_const_vec(_I64, [j % 8 for j in range(LANES)]), _broadcast(builder, _I64, remv))
         fields = builder.trunc(builder.lshr(groups, shifts), _vec(_I32))

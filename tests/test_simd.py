@@ -35,11 +35,16 @@ def _variant(kind, dtype, n, seed):
         w[rng.choice(n, n // 8, replace=False)] = 0
         for b in rng.choice(n // 64, n // 640, replace=False):
             w[b * 64:(b + 1) * 64] = 0
+    elif kind == "sparse_zeros":      # rare zeros, and all-zero 16-blocks in the second half only:
+        w[rng.choice(n, n // 400, replace=False)] = 0       # mostly zero-free groups of 16, chunks
+        for b in rng.choice(np.arange(n // 32, n // 16), n // 160, replace=False):   # without and with
+            w[b * 16:(b + 1) * 16] = 0                      # a zero-block bitmap
     return w.view(np_dtype(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kind", ["dense", "shifted", "shifted_bytes", "escapes", "low_entropy", "zeros"])
+@pytest.mark.parametrize("kind", ["dense", "shifted", "shifted_bytes", "escapes", "low_entropy", "zeros",
+                                  "sparse_zeros"])
 @pytest.mark.parametrize("chunk_size", [16384, 65536])
 def test_large_chunks_match_reference(dtype, kind, chunk_size):
     # 3 full chunks (a pair and a single) and a partial one
