@@ -8,9 +8,9 @@ concatenated) in bfloat16, float16 and float32, and Gaussians in float16/float32
 figure is the best of ``--repeat`` runs, reported as MB/s of uncompressed data, as a ratio to
 ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` bandwidth measured
 in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 numba threads.
-The runs are interleaved (each repeat times ZipNN, then zipccl at 1 and 2 threads), so that a
-change of load on a shared machine reaches every column alike.  Every output is fresh (its page
-faults are paid, as ZipNN pays its own).
+Every output is fresh, its page faults paid (as ZipNN pays its own; consecutive runs of one codec,
+so that no run decodes into memory another codec just freed); ``dec_out_vs_zipnn`` is single-
+thread ``decode(blob, out=buf)`` into a reused buffer, as a training loop would call it.
 Peak extra memory (RSS high-water mark above the input) and the cold start (first call in a
 fresh process, numba's on-disk cache warm) are measured in child processes.
 """
@@ -135,7 +135,8 @@ def _in_child(*args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5, help="timed calls per figure (best is kept)")
+    ap.add_argument("--runs", type=int, default=3, help="whole measurements; each cell is their median")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
@@ -144,42 +145,47 @@ def main(argv=None) -> int:
     import codec
     from bench.peers import zipnn
 
-    rows = []
-    for name, x in _inputs(args.quick):
+    def measure(name, x):
         mb = x.nbytes / 1e6
         codec.decode(codec.encode(x[:65536]))                      # compile / load cache outside timing
         mcp = _memcpy_seconds(x, args.repeat)
-        blob = codec.encode(x)
-        # interleaved: every repeat times ZipNN and zipccl at 1 and 2 threads back to back, so a
-        # change in the machine's load (shared, noisy) reaches all of them alike; best of the repeats
-        best = {}
-        zipnn_ratio = None
-        for _ in range(args.repeat):
-            nbytes, t_enc, t_dec = zipnn(x)
-            zipnn_ratio = x.nbytes / nbytes
-            times = {"zipnn_enc": t_enc, "zipnn_dec": t_dec}
-            for threads in (1, 2):
-                numba.set_num_threads(threads)
-                times[f"enc_t{threads}"], blob = _best(lambda: codec.encode(x), 1)
-                times[f"dec_t{threads}"], y = _best(lambda: codec.decode(blob), 1)
-                assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
-                del y
-            for k, v in times.items():
-                best[k] = min(best.get(k, v), v)
+        z = [zipnn(x) for _ in range(args.repeat)]
+        z_enc = min(r[1] for r in z)
+        z_dec = min(r[2] for r in z)
         row = {"input": name, "dtype": x.dtype.name, "MB": mb, "memcpy_MBps": mb / mcp,
-               "zipnn_ratio": zipnn_ratio, "zipnn_enc_MBps": mb / best["zipnn_enc"],
-               "zipnn_dec_MBps": mb / best["zipnn_dec"], "zipccl_ratio": x.nbytes / len(blob)}
+               "zipnn_ratio": x.nbytes / z[0][0], "zipnn_enc_MBps": mb / z_enc, "zipnn_dec_MBps": mb / z_dec}
         for threads in (1, 2):
-            row[f"enc_MBps_t{threads}"] = mb / best[f"enc_t{threads}"]
-            row[f"dec_MBps_t{threads}"] = mb / best[f"dec_t{threads}"]
+            numba.set_num_threads(threads)
+            codec.decode(codec.encode(x))                       # untimed: settle the thread count
+            te, blob = _best(lambda: codec.encode(x), args.repeat)
+            td, y = _best(lambda: codec.decode(blob), args.repeat)
+            assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
+            row["zipccl_ratio"] = x.nbytes / len(blob)
+            row[f"enc_MBps_t{threads}"] = mb / te
+            row[f"dec_MBps_t{threads}"] = mb / td
+            if threads == 1:       # into a buffer that is reused (no page faults): decode(out=y)
+                row["dec_out_MBps_t1"] = mb / _best(lambda: codec.decode(blob, out=y), args.repeat)[0]
+            del y
         row["enc_vs_zipnn"] = row["enc_MBps_t1"] / row["zipnn_enc_MBps"]
         row["dec_vs_zipnn"] = row["dec_MBps_t1"] / row["zipnn_dec_MBps"]
+        row["dec_out_vs_zipnn"] = row["dec_out_MBps_t1"] / row["zipnn_dec_MBps"]
         row["enc_2t_scaling"] = row["enc_MBps_t2"] / row["enc_MBps_t1"]
         row["dec_2t_scaling"] = row["dec_MBps_t2"] / row["dec_MBps_t1"]
         row["enc_frac_memcpy"] = row["enc_MBps_t1"] / row["memcpy_MBps"]
         row["dec_frac_memcpy"] = row["dec_MBps_t1"] / row["memcpy_MBps"]
-        rows.append(row)
+        return row
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, file=sys.stderr)
+
+    inputs = _inputs(args.quick)
+    runs = [[measure(name, x) for name, x in inputs] for _ in range(args.runs)]
+    # the machine is shared: each cell is the median over the runs (and the key ratios' range is shown)
+    rows = []
+    for i in range(len(inputs)):
+        cells = [r[i] for r in runs]
+        row = {k: (float(np.median([c[k] for c in cells])) if isinstance(v, float) else v) for k, v in cells[0].items()}
+        rows.append(row)
+    spread = {k: [(min(r[i][k] for r in runs), max(r[i][k] for r in runs)) for i in range(len(inputs))]
+              for k in ("enc_vs_zipnn", "dec_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling")}
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 
     n = (4 if args.quick else 32) << 20
@@ -191,11 +197,16 @@ def main(argv=None) -> int:
     t_alloc = _best(lambda: np.empty(n_out, np.uint8).fill(0), args.repeat)[0]
 
     cols = ["input", "dtype", "zipccl_ratio", "zipnn_ratio", "enc_MBps_t1", "zipnn_enc_MBps", "enc_vs_zipnn",
-            "dec_MBps_t1", "zipnn_dec_MBps", "dec_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling",
+            "dec_MBps_t1", "zipnn_dec_MBps", "dec_vs_zipnn", "dec_out_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling",
             "enc_frac_memcpy", "dec_frac_memcpy", "memcpy_MBps"]
     from bench.ratio import to_markdown
 
     table = to_markdown(rows, cols, "{:.3f}")
+    ranges = "\n".join(
+        f"- {r['input']} {r['dtype']}: " + ", ".join(f"{k} {lo:.2f}-{hi:.2f}" for k, (lo, hi) in
+                                                 ((k, spread[k][i]) for k in spread))
+        for i, r in enumerate(rows))
+    table += f"\nRange over the {args.runs} runs:\n\n{ranges}\n"
     extra = (f"\nPeak extra memory, 64 MiB bf16 Gaussian ({mem['encode']['input_bytes'] / 2**20:.0f} MiB in): "
              f"encode {mem['encode']['extra_peak_bytes'] / 2**20:.1f} MiB, decode "
              f"{mem['decode']['extra_peak_bytes'] / 2**20:.1f} MiB (output {mem['decode']['output_bytes'] / 2**20:.1f}"
@@ -210,9 +221,10 @@ def main(argv=None) -> int:
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "speed.md").write_text(
-            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: `python -m bench.speed` "
-            f"(best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
-            "measured in the same run; `_t1`/`_2t` = numba threads).\n\n" + table + "\n" + extra)
+            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: `python -m bench.speed --runs 5` "
+            f"(median over {args.runs} runs of the best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
+            "measured in the same run; `_t1`/`_2t` = numba threads; outputs fresh, except `dec_out`: "
+            "`decode(blob, out=buf)` into a reused buffer).\n\n" + table + "\n" + extra)
     return 0
 
 

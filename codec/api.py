@@ -173,8 +173,9 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     chunks = range(first, last)
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
-    out = np.empty(n, dtype=h.layout.uint) if dest is None else dest(h, n)
-    _backend(backend).decode_chunks(h, buf, chunks, out)
+    impl = _backend(backend)
+    out = getattr(impl, "empty", np.empty)(n, h.layout.uint) if dest is None else dest(h, n)
+    impl.decode_chunks(h, buf, chunks, out)
     return h, out
 
 
