@@ -22,7 +22,7 @@ from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RA
                      Header)
 from .layouts import FloatLayout
 from ._simd import (LANES, copy_bytes, encode_prepare16, prefetch, rans_decode16, rans_decode16_values, rans_encode16,
-                    stats16, values16_escaped, values16_window)
+                    stats16, fill16, values16_escaped, values16_window)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -748,8 +748,8 @@ _MASK62 = (1 << 62) - 1
 
 @njit(cache=True)
 def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
-    """Validate coded payload ``buf[a:b]`` of ``n`` values; fill ``prm``, the slot table ``tab`` and
-    the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
+    """Validate coded payload ``buf[a:b]`` of ``n`` values; fill ``prm``, the slot table ``tab``
+    (TOTAL + LANES entries) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
         return 1
     cb = _get16(buf, a)
@@ -797,9 +797,13 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     # one lookup per symbol: slot -> sym | (slot - cum[sym]) << 7 | freq[sym] << 19  (7 + 12 + 13 bits)
+    # = (slot << 7) + a constant per symbol, written 16 slots at a time in increasing order: a run's
+    # last vector spills into the next run, which overwrites it (``tab`` has LANES spare slots)
     for sy in range(N_SYMBOLS):
-        for t in range(cum[sy], cum[sy + 1]):
-            tab[t] = sy | ((t - cum[sy]) << 7) | (f[sy] << 19)
+        lo = cum[sy]
+        c = (sy | (f[sy] << 19)) - (lo << 7)
+        for t in range(lo, cum[sy + 1], LANES):
+            fill16(tab, t, c)
     for lane in range(k):
         x[lane] = _get32(buf, p + 4 * lane)
     wend = p + 4 * k + 2 * n_words
@@ -1068,7 +1072,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     that dtype's value assembly is compiled (fewer registers spilled in the round loop)."""
     n_chunks = len(kinds)
     prm = np.zeros((2, _N_PRM), np.int64)
-    tab = np.empty((2, TOTAL), np.uint32)
+    tab = np.empty((2, TOTAL + LANES), np.uint32)      # + LANES: see _open_chunk
     x = _private(2 * MAX_LANES, 0, np.uint32)
     sym = np.empty((2, chunk_size), np.uint8)
     coded = np.zeros(2, np.bool_)

@@ -487,6 +487,24 @@ def stats16(typingctx, words, at, em, acc32, acc64):
 
 
 @intrinsic
+def fill16(typingctx, arr, at, c):
+    """``arr[at + j] = c + ((at + j) << 7)`` for ``j < 16`` (a u32 array; the caller keeps 16 entries
+    from ``at`` inside it): a run of decode-table entries (see ``codec._numba._open_chunk``)."""
+    sig = types.void(arr, at, c)
+
+    def codegen(context, builder, signature, args):
+        aa, atv, cv = args
+        idx = builder.add(_broadcast(builder, _I32, builder.trunc(atv, _I32)), _const_vec(_I32, list(range(LANES))))
+        v = builder.add(builder.shl(idx, _splat(_I32, 7)), _broadcast(builder, _I32, builder.trunc(cv, _I32)))
+        p = _at(builder, _data(context, builder, signature.args[0], aa), builder.shl(atv, ir.Constant(_I64, 2)),
+                _vec(_I32))
+        builder.store(v, p, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def copy_bytes(typingctx, dst, dst_at, src, src_at, nbytes):
     """``memcpy`` of ``nbytes`` bytes from byte offset ``src_at`` of array ``src`` to byte offset
     ``dst_at`` of array ``dst`` (any dtypes; the caller checks the bounds; no overlap).  Numba's
