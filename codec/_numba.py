@@ -858,7 +858,7 @@ def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift,
 def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm, full, rem, shift, ref, em, prm,
                 E, M, out):
     """Round ``r`` of a chunk opened by _open_chunk, 16 lanes at a time (the caller checked that the
-    round's 2k stream bytes are inside the words).  Dense chunks also assemble the round's values
+    round's 2k stream bytes are inside ``buf`` and that it starts inside the words).  Dense chunks also assemble the round's values
     while they stay below v_safe.  Scalars come unpacked from ``prm`` so they stay in registers.
     Returns (wp, done, ke); ke < 0 is minus an error code."""
     base = r * k
@@ -891,6 +891,8 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     k = prm[_P_K]
     n_coded = prm[_P_NCODED]
     wend = prm[_P_WEND]
+    if wp > wend:                        # the SIMD rounds ran past the words: a corrupted stream
+        return 9
     # the refill reads a word unconditionally (clamped inside the payload) and keeps it only when
     # needed; overrunning the words is detected after each round
     wend_safe = max(wend, prm[_P_WP] + 2) - 2 if wend > prm[_P_WP] else prm[_P_WP] - 4 * k
@@ -1115,8 +1117,13 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     d1 = 0
     e0 = 0
     e1 = 0
-    go0 = coded[0] and r0 < fast0 and wp0 + 2 * k0_ <= wend0
-    go1 = coded[1] and r1 < fast1 and wp1 + 2 * k1_ <= wend1
+    # a SIMD round reads at most 2k stream bytes from wp: it may start while wp is inside the words
+    # and those bytes inside buf (a valid stream then never passes the words' end; a corrupted one
+    # that does is caught after the loop), so only a chunk at the very end of buf finishes by scalar rounds
+    wl0 = min(wend0, len(buf) - 2 * k0_)
+    wl1 = min(wend1, len(buf) - 2 * k1_)
+    go0 = coded[0] and r0 < fast0 and wp0 <= wl0
+    go1 = coded[1] and r1 < fast1 and wp1 <= wl1
     while go0 and go1:
         wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
                                   ref0, em, p0, E, M, o0)
@@ -1124,18 +1131,18 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
                                   ref1, em, p1, E, M, o1)
         r0 += 1
         r1 += 1
-        go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
-        go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
+        go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
+        go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     while go0:
         wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
                                   ref0, em, p0, E, M, o0)
         r0 += 1
-        go0 = r0 < fast0 and wp0 + 2 * k0_ <= wend0 and e0 >= 0
+        go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
     while go1:
         wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
                                   ref1, em, p1, E, M, o1)
         r1 += 1
-        go1 = r1 < fast1 and wp1 + 2 * k1_ <= wend1 and e1 >= 0
+        go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     if coded[0]:
         errors[j0] = _finish_chunk(buf, p0, t0, x0, s0, r0, wp0, d0, e0, E, M, o0)
     if coded[1]:
