@@ -886,13 +886,13 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm
 def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     """Rounds ``r0..`` one lane at a time, the stream checks, then the values not yet assembled.
     Returns an error code (0 = ok)."""
-    if ke < 0:
-        return -ke
     k = prm[_P_K]
     n_coded = prm[_P_NCODED]
     wend = prm[_P_WEND]
-    if wp > wend:                        # the SIMD rounds ran past the words: a corrupted stream
+    if wp > wend:                        # the SIMD rounds ran past the words (first: it explains the rest)
         return 9
+    if ke < 0:
+        return -ke
     # the refill reads a word unconditionally (clamped inside the payload) and keeps it only when
     # needed; overrunning the words is detected after each round
     wend_safe = max(wend, prm[_P_WP] + 2) - 2 if wend > prm[_P_WP] else prm[_P_WP] - 4 * k

@@ -131,3 +131,20 @@ def test_decoder_tables_never_yield_a_field_outside_the_exponent_range(exp_bits,
                 field = ref - cbk.WINDOW_LOW + j
                 if not 0 <= field <= top:
                     assert f[cbk.SYM_WINDOW0 + 2 * j] == 0 and f[cbk.SYM_WINDOW0 + 2 * j + 1] == 0, (cb, ref, field)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_forged_word_count_is_caught_after_the_simd_rounds(dtype):
+    # the SIMD rounds may run until the words' end; a header that claims one word fewer (and one
+    # escape more, so the sizes still add up) makes them read past it: that must be an error
+    from codec import format as fmt
+
+    x = _variant("dense", dtype, 65536, seed=5)
+    blob = bytearray(codec.encode(x, chunk_size=65536))
+    h = fmt.parse_header(blob)
+    a = h.payload_start
+    cb, ref, shift, mode, res, n_sm, n_esc, n_words = fmt.CHUNK_HEAD.unpack_from(blob, a)
+    fmt.CHUNK_HEAD.pack_into(blob, a, cb, ref, shift, mode, res, n_sm, n_esc + 1, n_words - 1)
+    for backend in ("numba", "reference"):
+        with pytest.raises(codec.FormatError, match="chunk 0: "):
+            codec.decode(bytes(blob), backend=backend)
