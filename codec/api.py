@@ -43,17 +43,21 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
+def _torch_ints(lay: FloatLayout):
+    """The torch integer dtype a layout's words are viewed as (torch has no uint16/uint32 views)."""
+    import torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
+
+
 def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
     """Read-only 1-D little-endian unsigned view (or copy) of ``x``'s words; never writes to ``x``."""
     if _is_torch(x):
-        import torch
-
         lay = layout_for(x.dtype)
         t = x.detach()
         if t.device.type != "cpu":
             t = t.cpu()
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
-        a = t.contiguous().view(ints).numpy().view(lay.uint)
+        a = t.contiguous().view(_torch_ints(lay)).numpy().view(lay.uint)
         return a.reshape(-1), lay, tuple(x.shape), True
     a = np.asarray(x)
     lay = layout_for(a.dtype)
@@ -122,7 +126,8 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
     chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).
     Returns the stream (format: :mod:`codec.format`) as a ``bytearray``, built in place: peak
-    extra memory is about the output (plus up to 16 MiB of scratch with several numba threads).  ``x`` is never modified.
+    extra memory is about the output (plus up to 16 MiB of scratch with several numba threads).
+    ``x`` is never modified.
     """
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
@@ -138,7 +143,6 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     n_chunks = -(-len(words) // chunk_size)
     out = bytearray(fmt.header_nbytes(len(shape), n_chunks, checksum))    # header is filled in last
     kinds, sizes, crcs = [], [], []
-    group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
     if hasattr(impl, "encode_into"):             # numba: payloads coded straight into ``out``
         pos = len(out)
         impl.reserve(out, pos + len(words) * lay.itemsize)      # the worst case, every chunk raw
@@ -148,6 +152,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         crcs = c or []
         impl.shrink(out, pos + int(s.sum()))
     else:
+        group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
         for start in range(0, len(words), group):
             k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
             kinds.append(k)
@@ -185,7 +190,6 @@ def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
         return arr
     import torch
 
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
     signed = words.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
     return torch.from_numpy(signed).view(getattr(torch, lay.name)).reshape(shape)
 
@@ -195,12 +199,8 @@ def _out_words(out):
     if _is_torch(out):
         if out.device.type != "cpu" or not out.is_contiguous():
             raise ValueError("out must be a contiguous CPU tensor")
-        import torch
-
         lay = layout_for(out.dtype)
-
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
-        return out.detach().view(-1).view(ints).numpy().view(lay.uint), lay
+        return out.detach().view(-1).view(_torch_ints(lay)).numpy().view(lay.uint), lay
     if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
     lay = layout_for(out.dtype)
