@@ -297,6 +297,11 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             plane[b * m + i] = (res >> (8 * b)) & 0xFF
         acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
         nacc += rem
+        if nacc >= 8:                            # up to 15 x 7 bits: flush as they fill, not at the end
+            plane[q] = acc & 0xFF
+            q += 1
+            acc >>= 8
+            nacc -= 8
     while nacc > 0:
         plane[q] = acc & 0xFF
         q += 1

@@ -57,6 +57,23 @@ def test_large_chunks_match_reference(dtype, kind, chunk_size):
     assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_every_tail_length_and_remainder_width(dtype):
+    # a 16-lane chunk whose length is not a multiple of 16 ends in up to 15 values coded one at a
+    # time; their packed remainder bits (1..7 each: up to 105 bits) must not overflow an accumulator
+    rng = np.random.default_rng(23)
+    drops = range(min(8, layout_for(np_dtype(dtype)).man_bits))         # every remainder width 0..7
+    for drop, tail in [(0, t) for t in range(16)] + [(d, t) for d in drops for t in (9, 13, 15)]:
+        x = rng.normal(0, 0.02, 16384 + tail).astype(np_dtype(dtype))
+        w = bits(x).copy()
+        w &= ~np.array((1 << drop) - 1, dtype=w.dtype)
+        x = w.view(x.dtype)
+        ref = codec.encode(x, chunk_size=65536, backend="reference")
+        assert codec.inspect(ref)["chunks"][0]["dropped_mantissa_bits"] == drop
+        assert codec.encode(x, chunk_size=65536, backend="numba") == ref, (drop, tail)
+        assert_bit_equal(codec.decode(ref, backend="numba"), x)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_mutations_in_large_chunks(dtype):
     x = _variant("escapes", dtype, 2 * 65536 + 777, seed=7)
