@@ -110,11 +110,19 @@ def test_torch_roundtrip_and_input_untouched():
         assert_bit_equal(out, view.contiguous())
 
 
-def test_decode_into_numpy_out():
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_decode_into_numpy_out(backend):
     x = make_values("gaussian", "bfloat16", 5000, 2).reshape(50, 100)
     out = np.empty_like(x)
-    assert codec.decode(codec.encode(x), out=out) is out
+    assert codec.decode(codec.encode(x), out=out, backend=backend) is out
     assert_bit_equal(out, x)
+    # every value is written, whatever ``out`` held: zero blocks, constant and raw chunks too
+    for dist in ("mostly_zeros", "constant", "random_bits", "student_t"):
+        x = make_values(dist, "float32", 40_000, 3)
+        x[1000:1300] = 0
+        out = np.full_like(x, np.nan)
+        codec.decode(codec.encode(x, chunk_size=4096), out=out, backend=backend)
+        assert_bit_equal(out, x)
     with pytest.raises(ValueError):
         codec.decode(codec.encode(x), out=np.empty(10, x.dtype))
 
