@@ -21,8 +21,8 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
-from ._simd import (LANES, copy_bytes, encode_prepare16, prefetch, rans_decode16, rans_decode16_values, rans_encode16,
-                    stats16, fill16, values16_escaped, values16_window)
+from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, rans_decode16, rans_decode16_values,
+                    rans_encode16, stats16, fill16, values16_escaped, values16_window)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -529,42 +529,55 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
     return KIND_CODED, best_size
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _encode_runs(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                 run_first, dst0, scratch, kinds, sizes):
-    """Chunks in ``len(run_first) - 1`` contiguous runs, one run per thread, each run's payloads
-    back to back: run 0 straight into ``dst0`` (the output, whose offset is known), the others into
-    ``scratch`` from their first value's byte offset (relative to run 1's).  A chunk is coded into the
-    space of its raw size at the run's current end, which always exists: no payload exceeds it."""
+_CLAIMED, _BACK, _COPIED = 0, 8, 16     # claim counters (``ctl``), a cache line apart
+
+
+@njit(cache=True, inline="always")
+def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                   dst, at, ahead_lo, kinds, sizes):
     numel = len(words)
-    base = run_first[1] * chunk_size * itemsize
-    for r in prange(len(run_first) - 1):
-        dst = dst0 if r == 0 else scratch[run_first[r] * chunk_size * itemsize - base:]
-        pos = 0
-        for c in range(run_first[r], run_first[r + 1]):
-            lo = c * chunk_size
-            n = min(chunk_size, numel - lo)
-            kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
-                                       zero_thresholds, dst[pos:pos + n * itemsize],
-                                       words[lo + n:min(numel, lo + 2 * n)])
-            kinds[c] = kind
-            sizes[c] = size
-            pos += size
+    lo = c * chunk_size
+    n = min(chunk_size, numel - lo)
+    kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                               zero_thresholds, dst[at:at + n * itemsize],
+                               words[ahead_lo:min(numel, ahead_lo + chunk_size)])
+    kinds[c] = kind
+    sizes[c] = size
+    return size
 
 
 @njit(cache=True, parallel=True, nogil=True)
-def _place_runs(scratch, src, dst, at, nbytes, piece):
-    """Copy ``nbytes[i]`` bytes from ``scratch[src[i]:]`` to ``dst[at[i]:]``, in pieces of ``piece``
-    bytes spread over the threads."""
-    n_pieces = np.zeros(len(nbytes) + 1, np.int64)
-    for i in range(len(nbytes)):
-        n_pieces[i + 1] = n_pieces[i] + (nbytes[i] + piece - 1) // piece
-    for q in prange(n_pieces[-1]):
-        i = 0
-        while n_pieces[i + 1] <= q:
-            i += 1
-        off = (q - n_pieces[i]) * piece
-        copy_bytes(dst, at[i] + off, scratch, src[i] + off, min(piece, nbytes[i] - off))
+def _encode_window(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                   threads, c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
+    """One window of chunks ``[c0, c1)`` on ``threads`` threads, which end together: every chunk is
+    claimed through the shared counter ``ctl[_CLAIMED]``.  Thread 0 codes from ``c0`` upwards straight
+    into ``dst[pos:]`` (its payloads' offsets are known as it goes); the others code from ``c1``
+    downwards into ``scratch`` (chunk ``c`` at byte ``(c - c0) * chunk_size * itemsize``), whose
+    offsets are known only when the window is done.  Before that, they copy the previous window's
+    scratch chunks (``prev_first + j`` from ``prev``, relative to chunk ``prev_c0``) to
+    ``dst[prev_at[j]:]``: the copy overlaps thread 0's coding instead of following it.  The number
+    of chunks coded downwards is left in ``ctl[_BACK]``.  Any interleaving of the threads (or one
+    thread running them all) gives the same bytes: the split only decides where a payload is coded."""
+    n = c1 - c0
+    raw = chunk_size * itemsize
+    for t in prange(threads):
+        if t == 0:
+            at = pos
+            c = c0
+            while fetch_add(ctl, _CLAIMED, 1) < n:
+                at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                                     zero_thresholds, dst, at, (c + 1) * chunk_size, kinds, sizes)
+                c += 1
+        j = fetch_add(ctl, _COPIED, 1)
+        while j < len(prev_at):
+            c = prev_first + j
+            copy_bytes(dst, prev_at[j], prev, (c - prev_c0) * raw, sizes[c])
+            j = fetch_add(ctl, _COPIED, 1)
+        if t != 0:
+            while fetch_add(ctl, _CLAIMED, 1) < n:
+                c = c1 - 1 - fetch_add(ctl, _BACK, 1)
+                _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                               zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
 _SCRATCH = threading.local()
@@ -692,9 +705,11 @@ def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, c
     """Encode ``words`` into ``out[pos:]``, which must hold their raw size (see :func:`reserve`);
     return the chunks' kinds, payload sizes and CRC32C (``None`` unless ``checksum``).
 
-    With T numba threads the chunks of a group are split into T contiguous runs: the first run is
-    coded straight into ``out``, the others into this thread's scratch (at most SCRATCH_BYTES), then
-    copied behind it by all threads.  One thread: one group, no copy, no scratch."""
+    One numba thread: every payload is coded in place, in one call.  More: the chunks go in windows
+    of SCRATCH_BYTES / 2 (raw); in each, thread 0 codes in place from the front while the others code
+    from the back into one half of this thread's scratch and copy the previous window's back
+    chunks out of the other half into place (see :func:`_encode_window`); a last call copies the
+    last window's."""
     words = np.ascontiguousarray(words)
     numel = len(words)
     w = lay.itemsize
@@ -705,15 +720,35 @@ def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, c
         raise ValueError(f"out holds {len(out) - pos} bytes after offset {pos}, {numel * w} needed")
     import numba
 
-    threads = numba.get_num_threads()
-    group = n_chunks if threads == 1 else max(1, SCRATCH_BYTES * threads // (threads - 1) // (chunk_size * w))
-    at = pos
+    threads = min(numba.get_num_threads(), max(1, n_chunks))
+    raw = chunk_size * w
+    win = max(1, n_chunks if threads == 1 else SCRATCH_BYTES // 2 // raw)
+    halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
+    ctl = np.zeros(32, np.int64)
+    ctl = ctl[-ctl.ctypes.data % 64 // 8:][:24]     # three counters, each on a cache line of its own
+    consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(), threads)
+    no_prev = np.empty(0, np.int64)
+    prev_c0 = prev_first = 0
+    prev_at = no_prev
+    at = pos                        # where the previous window's back chunks go; this one's front follows
     dst = np.frombuffer(out, np.uint8)
     try:
-        for c0 in range(0, n_chunks, group):
-            c1 = min(n_chunks, c0 + group)
-            at += _encode_group(dst, at, words[c0 * chunk_size:c1 * chunk_size], w, lay, chunk_size, threads,
-                                kinds[c0:c1], sizes[c0:c1])
+        for r, c0 in enumerate(range(0, n_chunks, win)):
+            c1 = min(n_chunks, c0 + win)
+            front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
+            ctl[:] = 0
+            _encode_window(*consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0, prev_first,
+                           prev_at, kinds, sizes, ctl)
+            first_back = c1 - int(ctl[_BACK])
+            at = front + int(sizes[c0:first_back].sum())
+            prev_c0, prev_first = c0, first_back
+            prev_at = at + np.concatenate([[0], np.cumsum(sizes[first_back:c1 - 1])]).astype(np.int64) \
+                if first_back < c1 else no_prev
+            last = r
+        if len(prev_at):            # the last window's back chunks
+            ctl[:] = 0
+            _encode_window(*consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2], prev_c0,
+                           prev_first, prev_at, kinds, sizes, ctl)
     finally:
         del dst                         # release the export before ``out`` is resized
     crcs = None
@@ -725,23 +760,6 @@ def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, c
         crcs = [crc32c(mv[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
         del mv
     return kinds, sizes, crcs
-
-
-def _encode_group(dst, pos, words, w, lay, chunk_size, threads, kinds, sizes) -> int:
-    """One group of encode_into: its payloads at ``dst[pos:]``; returns their total size."""
-    numel = len(words)
-    n_chunks = len(kinds)
-    n_runs = max(1, min(threads, n_chunks))
-    run_first = np.array([r * n_chunks // n_runs for r in range(n_runs + 1)], np.int64)
-    split = min(int(run_first[1]) * chunk_size, numel) * w
-    scratch = _scratch(numel * w - split)
-    _encode_runs(words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(), run_first,
-                 dst[pos:], scratch, kinds, sizes)
-    run_bytes = np.add.reduceat(sizes, run_first[:-1])
-    if n_runs > 1:
-        at = pos + np.cumsum(run_bytes)[:-1]
-        _place_runs(scratch, run_first[1:-1] * chunk_size * w - split, dst, at, run_bytes[1:], 1 << 20)
-    return int(run_bytes.sum())
 
 
 # fields of a coded chunk's decode parameters (``prm``), filled by _open_chunk

@@ -534,3 +534,17 @@ def prefetch(typingctx, arr, byte_offset):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def fetch_add(typingctx, arr, i, v):
+    """Atomically ``old = arr[i]; arr[i] += v; return old`` (an int64 array; sequentially consistent):
+    the claim counter the threads of one encode share (``codec._numba._encode_window``)."""
+    sig = types.int64(arr, i, v)
+
+    def codegen(context, builder, signature, args):
+        aa, iv, vv = args
+        p = _at(builder, _data(context, builder, signature.args[0], aa), builder.shl(iv, ir.Constant(_I64, 3)), _I64)
+        return builder.atomic_rmw("add", p, vv, "seq_cst")
+
+    return sig, codegen

@@ -104,15 +104,16 @@ def test_truncated_large_chunk():
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("checksum", [False, True])
 def test_grouped_encode_in_place(monkeypatch, checksum, threads):
-    # the numba backend codes each thread's run of chunks straight into the output or into scratch
-    # (then copied behind it), in groups that bound the scratch: 7 chunks -> groups of 6 and 1 with 2 threads
+    # the numba backend codes chunks straight into the output (thread 0, from a window's front) or into
+    # scratch (the others, from its back; copied into place during the next window), in windows that
+    # bound the scratch: 7 chunks -> windows of 3, 3 and 1 with 2 threads
     import numba
 
     import codec._numba
 
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip(f"numba has {numba.config.NUMBA_NUM_THREADS} thread(s)")
-    monkeypatch.setattr(codec._numba, "SCRATCH_BYTES", 3 * 16384 * 2)
+    monkeypatch.setattr(codec._numba, "SCRATCH_BYTES", 6 * 16384 * 2)
     x = _variant("escapes", "bfloat16", 7 * 16384 + 99, seed=11)
     before = numba.get_num_threads()
     numba.set_num_threads(threads)
