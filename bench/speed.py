@@ -10,7 +10,9 @@ ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` band
 in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 numba threads.
 Every output is fresh, its page faults paid (as ZipNN pays its own; consecutive runs of one codec,
 so that no run decodes into memory another codec just freed); ``dec_out_vs_zipnn`` is single-
-thread ``decode(blob, out=buf)`` into a reused buffer, as a training loop would call it.
+thread ``decode(blob, out=buf)`` into a reused buffer, as a training loop would call it, and
+``enc_out_2t_scaling`` the two-thread scaling of ``encode(x, out=buf)`` into a reused buffer (a
+fresh output's page faults come and go with the allocator's state, which differs between calls).
 Peak extra memory (RSS high-water mark above the input) and the cold start (first call in a
 fresh process, numba's on-disk cache warm) are measured in child processes.
 """
@@ -165,11 +167,18 @@ def main(argv=None) -> int:
             row[f"dec_MBps_t{threads}"] = mb / td
             if threads == 1:       # into a buffer that is reused (no page faults): decode(out=y)
                 row["dec_out_MBps_t1"] = mb / _best(lambda: codec.decode(blob, out=y), args.repeat)[0]
-            y = None                   # free the output before the next configuration
+            # encode(out=buf) into a reused buffer: the codec's own scaling, without the allocator's luck
+            # (whether a fresh output gets recycled pages or faults new ones differs from call to call)
+            buf = np.empty(codec.max_encoded_size(x), np.uint8)
+            te_out, view = _best(lambda: codec.encode(x, out=buf), args.repeat)
+            assert bytes(view) == bytes(blob)
+            row[f"enc_out_MBps_t{threads}"] = mb / te_out
+            y = buf = view = None      # free the outputs before the next configuration
         row["enc_vs_zipnn"] = row["enc_MBps_t1"] / row["zipnn_enc_MBps"]
         row["dec_vs_zipnn"] = row["dec_MBps_t1"] / row["zipnn_dec_MBps"]
         row["dec_out_vs_zipnn"] = row["dec_out_MBps_t1"] / row["zipnn_dec_MBps"]
         row["enc_2t_scaling"] = row["enc_MBps_t2"] / row["enc_MBps_t1"]
+        row["enc_out_2t_scaling"] = row["enc_out_MBps_t2"] / row["enc_out_MBps_t1"]
         row["dec_2t_scaling"] = row["dec_MBps_t2"] / row["dec_MBps_t1"]
         row["enc_frac_memcpy"] = row["enc_MBps_t1"] / row["memcpy_MBps"]
         row["dec_frac_memcpy"] = row["dec_MBps_t1"] / row["memcpy_MBps"]
@@ -185,7 +194,7 @@ def main(argv=None) -> int:
         row = {k: (float(np.median([c[k] for c in cells])) if isinstance(v, float) else v) for k, v in cells[0].items()}
         rows.append(row)
     spread = {k: [(min(r[i][k] for r in runs), max(r[i][k] for r in runs)) for i in range(len(inputs))]
-              for k in ("enc_vs_zipnn", "dec_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling")}
+              for k in ("enc_vs_zipnn", "dec_vs_zipnn", "enc_2t_scaling", "enc_out_2t_scaling", "dec_2t_scaling")}
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 
     n = (4 if args.quick else 32) << 20
@@ -197,7 +206,8 @@ def main(argv=None) -> int:
     t_alloc = _best(lambda: np.empty(n_out, np.uint8).fill(0), args.repeat)[0]
 
     cols = ["input", "dtype", "zipccl_ratio", "zipnn_ratio", "enc_MBps_t1", "zipnn_enc_MBps", "enc_vs_zipnn",
-            "dec_MBps_t1", "zipnn_dec_MBps", "dec_vs_zipnn", "dec_out_vs_zipnn", "enc_2t_scaling", "dec_2t_scaling",
+            "dec_MBps_t1", "zipnn_dec_MBps", "dec_vs_zipnn", "dec_out_vs_zipnn", "enc_2t_scaling", "enc_out_2t_scaling",
+            "dec_2t_scaling",
             "enc_frac_memcpy", "dec_frac_memcpy", "memcpy_MBps"]
     from bench.ratio import to_markdown
 
@@ -221,10 +231,11 @@ def main(argv=None) -> int:
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "speed.md").write_text(
-            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: `python -m bench.speed --runs 5` "
+            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: "
+            f"`python -m bench.speed --runs {args.runs} --repeat {args.repeat}` "
             f"(median over {args.runs} runs of the best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
             "measured in the same run; `_t1`/`_2t` = numba threads; outputs fresh, except `dec_out`: "
-            "`decode(blob, out=buf)` into a reused buffer).\n\n" + table + "\n" + extra)
+            "`decode(blob, out=buf)` and `enc_out`: `encode(x, out=buf)`, into a reused buffer).\n\n" + table + "\n" + extra)
     return 0
 
 

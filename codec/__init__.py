@@ -7,10 +7,10 @@
 >>> bool((y.view(np.uint32) == x.view(np.uint32)).all()) and len(blob) < x.nbytes
 True
 """
-from .api import decode, decode_chunks, encode, inspect, partition, shard_streams, slice_stream
+from .api import decode, decode_chunks, encode, inspect, max_encoded_size, partition, shard_streams, slice_stream
 from .format import FormatError
 from .layouts import SUPPORTED
 
 __version__ = "0.1.0"
-__all__ = ["encode", "decode", "decode_chunks", "slice_stream", "partition", "shard_streams", "inspect", "FormatError",
-           "SUPPORTED"]
+__all__ = ["encode", "decode", "decode_chunks", "max_encoded_size", "slice_stream", "partition", "shard_streams",
+           "inspect", "FormatError", "SUPPORTED"]

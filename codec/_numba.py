@@ -607,7 +607,9 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int) -> tuple
     """Same contract and bytes as :func:`reference.encode_chunks` (payloads as views of one buffer)."""
     out = bytearray()
     reserve(out, len(words) * lay.itemsize)
-    kinds, sizes, _ = encode_into(out, 0, words, lay, chunk_size, False)
+    dst = np.frombuffer(out, np.uint8)
+    kinds, sizes, _ = encode_into(dst, 0, words, lay, chunk_size, False)
+    del dst
     ends = np.cumsum(sizes).tolist()
     shrink(out, ends[-1] if ends else 0)
     mv = memoryview(out)
@@ -701,9 +703,10 @@ def shrink(out: bytearray, n: int) -> None:
 SCRATCH_BYTES = 16 << 20    # bound on the per-thread scratch of encode_into (several numba threads)
 
 
-def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
-    """Encode ``words`` into ``out[pos:]``, which must hold their raw size (see :func:`reserve`);
-    return the chunks' kinds, payload sizes and CRC32C (``None`` unless ``checksum``).
+def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
+    """Encode ``words`` into ``dst[pos:]`` (a writeable uint8 array), which must hold their raw size
+    (the caller's buffer, or a bytearray grown by :func:`reserve`); return the chunks' kinds, payload
+    sizes and CRC32C (``None`` unless ``checksum``).
 
     One numba thread: every payload is coded in place, in one call.  More: the chunks go in windows
     of SCRATCH_BYTES / 2 (raw); in each, thread 0 codes in place from the front while the others code
@@ -716,8 +719,8 @@ def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, c
     n_chunks = -(-numel // chunk_size)
     kinds = np.zeros(n_chunks, np.uint8)
     sizes = np.zeros(n_chunks, np.int64)
-    if len(out) < pos + numel * w:
-        raise ValueError(f"out holds {len(out) - pos} bytes after offset {pos}, {numel * w} needed")
+    if len(dst) < pos + numel * w:
+        raise ValueError(f"out holds {len(dst) - pos} bytes after offset {pos}, {numel * w} needed")
     import numba
 
     threads = min(numba.get_num_threads(), max(1, n_chunks))
@@ -731,34 +734,28 @@ def encode_into(out: bytearray, pos: int, words: np.ndarray, lay: FloatLayout, c
     prev_c0 = prev_first = 0
     prev_at = no_prev
     at = pos                        # where the previous window's back chunks go; this one's front follows
-    dst = np.frombuffer(out, np.uint8)
-    try:
-        for r, c0 in enumerate(range(0, n_chunks, win)):
-            c1 = min(n_chunks, c0 + win)
-            front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
-            ctl[:] = 0
-            _encode_window(*consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0, prev_first,
-                           prev_at, kinds, sizes, ctl)
-            first_back = c1 - int(ctl[_BACK])
-            at = front + int(sizes[c0:first_back].sum())
-            prev_c0, prev_first = c0, first_back
-            prev_at = at + np.concatenate([[0], np.cumsum(sizes[first_back:c1 - 1])]).astype(np.int64) \
-                if first_back < c1 else no_prev
-            last = r
-        if len(prev_at):            # the last window's back chunks
-            ctl[:] = 0
-            _encode_window(*consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2], prev_c0,
-                           prev_first, prev_at, kinds, sizes, ctl)
-    finally:
-        del dst                         # release the export before ``out`` is resized
+    for r, c0 in enumerate(range(0, n_chunks, win)):
+        c1 = min(n_chunks, c0 + win)
+        front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
+        ctl[:] = 0
+        _encode_window(*consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0, prev_first,
+                       prev_at, kinds, sizes, ctl)
+        first_back = c1 - int(ctl[_BACK])
+        at = front + int(sizes[c0:first_back].sum())
+        prev_c0, prev_first = c0, first_back
+        prev_at = at + np.concatenate([[0], np.cumsum(sizes[first_back:c1 - 1])]).astype(np.int64) \
+            if first_back < c1 else no_prev
+        last = r
+    if len(prev_at):            # the last window's back chunks
+        ctl[:] = 0
+        _encode_window(*consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2], prev_c0,
+                       prev_first, prev_at, kinds, sizes, ctl)
     crcs = None
     if checksum:
         from .format import crc32c
 
-        mv = memoryview(out)
         ends = (pos + np.cumsum(sizes)).tolist()
-        crcs = [crc32c(mv[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
-        del mv
+        crcs = [crc32c(dst[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
     return kinds, sizes, crcs
 
 

@@ -115,20 +115,7 @@ def shard_streams(buf, bounds) -> list[bytes]:
     return out
 
 
-def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto",
-           partition: list[int] | None = None) -> bytearray:
-    """Compress a float tensor losslessly.
-
-    x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
-    bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
-    chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
-    checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
-    partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
-    chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).
-    Returns the stream (format: :mod:`codec.format`) as a ``bytearray``, built in place: peak
-    extra memory is about the output (plus up to 16 MiB of scratch with several numba threads).
-    ``x`` is never modified.
-    """
+def _encode_plan(x, chunk_size, partition):
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
         chunk_size = default_chunk_size(lay)
@@ -138,21 +125,87 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
     if len(shape) > fmt.MAX_NDIM:
         raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
+    return words, lay, shape, from_torch, chunk_size
+
+
+def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False,
+                     partition: list[int] | None = None) -> int:
+    """The most bytes :func:`encode` can write for ``x`` with these options (every chunk stored raw,
+    plus the header and chunk table): the size of an ``out`` buffer that always suffices."""
+    words, lay, shape, _, chunk_size = _encode_plan(x, chunk_size, partition)
+    return fmt.header_nbytes(len(shape), -(-len(words) // chunk_size), checksum) + len(words) * lay.itemsize
+
+
+def _out_bytes(out):
+    """A writeable uint8 view of a caller's encode buffer, and how to return its first n bytes."""
+    if _is_torch(out):
+        import torch
+
+        if out.device.type != "cpu" or not out.is_contiguous() or out.dtype != torch.uint8:
+            raise ValueError("out must be a contiguous CPU uint8 tensor")
+        return out.detach().view(-1).numpy(), lambda n: out.view(-1)[:n]
+    if isinstance(out, np.ndarray):
+        if out.dtype != np.uint8 or out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable 1-D contiguous uint8 array")
+        return out, lambda n: out[:n]
+    try:
+        mv = memoryview(out).cast("B")
+    except TypeError as e:
+        raise ValueError(f"out must be a writeable contiguous byte buffer: {e}") from None
+    if mv.readonly:
+        raise ValueError("out must be writeable")
+    return np.frombuffer(mv, np.uint8), lambda n: mv[:n]
+
+
+def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend: str = "auto",
+           partition: list[int] | None = None, out=None):
+    """Compress a float tensor losslessly.
+
+    x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
+    bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
+    chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
+    checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
+    partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
+    chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).
+    out: a writeable contiguous byte buffer (``bytearray``, 1-D uint8 NumPy array or CPU tensor) of at
+    least :func:`max_encoded_size` bytes to encode into; the stream is then returned as a view of its
+    first bytes (a memoryview, array or tensor): no allocation, no page faults for a reused buffer.
+    Returns the stream (format: :mod:`codec.format`) as a ``bytearray`` (without ``out``), built in
+    place: peak extra memory is about the output (plus up to 16 MiB of scratch with several numba
+    threads).  ``x`` is never modified.
+    """
+    words, lay, shape, from_torch, chunk_size = _encode_plan(x, chunk_size, partition)
     impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
     n_chunks = -(-len(words) // chunk_size)
-    out = bytearray(fmt.header_nbytes(len(shape), n_chunks, checksum))    # header is filled in last
+    pos = fmt.header_nbytes(len(shape), n_chunks, checksum)               # header is filled in last
+    bound = pos + len(words) * lay.itemsize                                 # every chunk raw
+    if out is not None:
+        dst, result = _out_bytes(out)
+        if len(dst) < bound:
+            raise ValueError(f"out holds {len(dst)} bytes; encoding this tensor may need {bound} "
+                             "(codec.max_encoded_size)")
+        if np.may_share_memory(dst, words):
+            raise ValueError("out overlaps the tensor being encoded")
+    else:
+        buf = bytearray(pos)
+        if hasattr(impl, "reserve"):
+            impl.reserve(buf, bound)             # numba: payloads coded straight into it, then shrunk
+        dst = None
     kinds, sizes, crcs = [], [], []
-    if hasattr(impl, "encode_into"):             # numba: payloads coded straight into ``out``
-        pos = len(out)
-        impl.reserve(out, pos + len(words) * lay.itemsize)      # the worst case, every chunk raw
-        k, s, c = impl.encode_into(out, pos, words, lay, chunk_size, checksum)
+    if hasattr(impl, "encode_into"):
+        view = dst if dst is not None else np.frombuffer(buf, np.uint8)
+        k, s, c = impl.encode_into(view, pos, words, lay, chunk_size, checksum)
+        del view                                 # release the export before ``buf`` is resized
         kinds.append(k)
         sizes = s.tolist()
         crcs = c or []
-        impl.shrink(out, pos + int(s.sum()))
+        end = pos + int(s.sum())
+        if dst is None:
+            impl.shrink(buf, end)
     else:
         group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
+        end = pos
         for start in range(0, len(words), group):
             k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
             kinds.append(k)
@@ -160,11 +213,18 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
                 sizes.append(len(p))
                 if checksum:
                     crcs.append(fmt.crc32c(p))
-                out += p
+                if dst is None:
+                    buf += p
+                else:
+                    dst[end:end + len(p)] = np.frombuffer(p, np.uint8)
+                end += len(p)
     head = fmt.pack_header(lay, shape, chunk_size, flags, np.concatenate(kinds) if kinds else [], sizes,
                            crcs if checksum else None)
-    out[:len(head)] = head
-    return out
+    if dst is None:
+        buf[:len(head)] = head
+        return buf
+    dst[:len(head)] = np.frombuffer(head, np.uint8)
+    return result(end)
 
 
 def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None):

@@ -151,3 +151,32 @@ def test_big_endian_input():
     x = make_values("gaussian", "float32", 1000, 4)
     be = x.astype(">f4")
     assert_bit_equal(codec.decode(codec.encode(be)), x)
+
+
+@pytest.mark.parametrize("backend", ["numba", "reference"])
+def test_encode_into_a_callers_buffer(backend):
+    torch = pytest.importorskip("torch")
+    x = make_values("student_t", "bfloat16", 70_000, 5, -2.0)
+    x[:20_000] = 0                                             # zero blocks and a constant chunk
+    want = bytes(codec.encode(x, checksum=True, backend="reference"))
+    bound = codec.max_encoded_size(x, checksum=True)
+    assert bound >= len(want) and bound == codec.max_encoded_size(make_values("random_bits", "bfloat16", 70_000, 1),
+                                                                  checksum=True)
+    arr = np.full(bound + 5, 0xA5, np.uint8)                  # garbage beforehand: every byte written
+    ba = bytearray(b"\xff" * bound)
+    ten = torch.full((bound,), 7, dtype=torch.uint8)
+    for out in (arr, ba, ten, arr):                            # reused: same bytes again
+        got = codec.encode(x, checksum=True, backend=backend, out=out)
+        assert bytes(got.numpy() if isinstance(got, torch.Tensor) else got) == want
+    assert type(codec.encode(x, out=arr)) is np.ndarray and type(codec.encode(x, out=ten)) is torch.Tensor
+    assert isinstance(codec.encode(x, out=bytearray(bound)), memoryview)
+    assert_bit_equal(codec.decode(codec.encode(x, out=arr, backend=backend)), x)
+    with pytest.raises(ValueError, match="max_encoded_size"):
+        codec.encode(x, checksum=True, out=np.empty(bound - 1, np.uint8))
+    with pytest.raises(ValueError, match="writeable"):
+        codec.encode(x, out=bytes(bound))
+    with pytest.raises(ValueError, match="uint8"):
+        codec.encode(x, out=np.empty(bound, np.uint16))
+    big = np.zeros(4 * x.nbytes, np.uint8)
+    with pytest.raises(ValueError, match="overlaps"):
+        codec.encode(big[:x.nbytes].view(x.dtype), out=big)
