@@ -580,6 +580,15 @@ def _encode_window(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offse
                                zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: numba types read-only and writeable arrays apart and would compile each
+    kernel twice (bytes vs bytearray streams, tensors vs arrays), about 15 s each."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
 _SCRATCH = threading.local()
 
 
@@ -713,7 +722,7 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     from the back into one half of this thread's scratch and copy the previous window's back
     chunks out of the other half into place (see :func:`_encode_window`); a last call copies the
     last window's."""
-    words = np.ascontiguousarray(words)
+    words = _readonly(np.ascontiguousarray(words))
     numel = len(words)
     w = lay.itemsize
     n_chunks = -(-numel // chunk_size)
@@ -1192,12 +1201,12 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     if not len(chunks):
         return
     lay = h.layout
-    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    mv = _readonly(np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8))
     sel = slice(chunks.start, chunks.stop)
     ends = h.ends[sel] + h.payload_start
     starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
     errors = np.zeros(len(chunks), np.int64)
-    _decoder(lay)(mv, starts.astype(np.int64), ends.astype(np.int64), np.ascontiguousarray(h.kinds[sel]),
+    _decoder(lay)(mv, starts.astype(np.int64), ends.astype(np.int64), _readonly(np.ascontiguousarray(h.kinds[sel])),
                   chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
     bad = np.flatnonzero(errors)
     if len(bad):
@@ -1262,3 +1271,21 @@ def or_low_bits(buf, width, words):
             words[i] |= (acc & mask) << (8 * full)
             acc >>= rem
             nacc -= rem
+
+
+# ----------------------------------------------------------------------- compile ahead
+def warm(part: str) -> None:
+    """Compile (or load from numba's on-disk cache) one part of the kernels: ``"decoders"`` (one per
+    supported dtype) or ``"encoders"`` (one per word size).  The two parts write disjoint cache files,
+    so two processes can compile them side by side (the test suite does, on its first run)."""
+    from .api import decode, encode
+    from .layouts import LAYOUTS
+
+    if part not in ("decoders", "encoders"):
+        raise ValueError(f"unknown part {part!r}: decoders or encoders")
+    for lay in LAYOUTS:
+        x = (np.arange(40_000) % 251).astype(lay.uint).view(lay.numpy_dtype)
+        if part == "decoders":
+            decode(encode(x, chunk_size=16384, backend="reference"), backend="numba")
+        else:
+            encode(x, chunk_size=16384, backend="numba")

@@ -1,7 +1,34 @@
 import os
+import subprocess
+import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+_warming = None
+
+
+def pytest_configure(config):
+    # numba compiles the kernels on first use (about two minutes on a fresh clone: one decoder per dtype,
+    # one encoder per word size) and caches them on disk: compile the decoders in a second process while
+    # this one compiles the encoders (their cache files are disjoint), so a cold run pays about half
+    global _warming
+    _warming = subprocess.Popen([sys.executable, "-c", "from codec._numba import warm; warm('decoders')"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels():
+    from codec._numba import warm
+
+    warm("encoders")
+    if _warming is not None:
+        try:
+            _warming.wait(timeout=600)
+        except subprocess.TimeoutExpired:             # the tests then compile what they need themselves
+            _warming.kill()
+    yield
