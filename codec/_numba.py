@@ -1276,8 +1276,10 @@ def or_low_bits(buf, width, words):
 # ----------------------------------------------------------------------- compile ahead
 def warm(part: str) -> None:
     """Compile (or load from numba's on-disk cache) one part of the kernels: ``"decoders"`` (one per
-    supported dtype) or ``"encoders"`` (one per word size).  The two parts write disjoint cache files,
-    so two processes can compile them side by side (the test suite does, on its first run)."""
+    supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them side
+    by side (the test suite does, on its first run).  Their cache files are disjoint but for two small
+    helpers both use (``_tables``, ``_move``): should the two processes race on those, one entry is
+    lost and compiled again later, nothing worse (numba replaces its index files atomically)."""
     from .api import decode, encode
     from .layouts import LAYOUTS
 

@@ -115,7 +115,9 @@ def shard_streams(buf, bounds) -> list[bytes]:
     return out
 
 
-def _encode_plan(x, chunk_size, partition):
+def _encode_plan(x, chunk_size, partition, checksum):
+    """The words, layout, shape, torch flag and chunk size of an encode, the header's size and the
+    most bytes the stream can take (every chunk raw)."""
     words, lay, shape, from_torch = _as_words(x)
     if chunk_size is None:
         chunk_size = default_chunk_size(lay)
@@ -125,15 +127,15 @@ def _encode_plan(x, chunk_size, partition):
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
     if len(shape) > fmt.MAX_NDIM:
         raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
-    return words, lay, shape, from_torch, chunk_size
+    head = fmt.header_nbytes(len(shape), -(-len(words) // chunk_size), checksum)
+    return words, lay, shape, from_torch, chunk_size, head, head + len(words) * lay.itemsize
 
 
 def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False,
                      partition: list[int] | None = None) -> int:
     """The most bytes :func:`encode` can write for ``x`` with these options (every chunk stored raw,
     plus the header and chunk table): the size of an ``out`` buffer that always suffices."""
-    words, lay, shape, _, chunk_size = _encode_plan(x, chunk_size, partition)
-    return fmt.header_nbytes(len(shape), -(-len(words) // chunk_size), checksum) + len(words) * lay.itemsize
+    return _encode_plan(x, chunk_size, partition, checksum)[-1]
 
 
 def _out_bytes(out):
@@ -174,12 +176,9 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     place: peak extra memory is about the output (plus up to 16 MiB of scratch with several numba
     threads).  ``x`` is never modified.
     """
-    words, lay, shape, from_torch, chunk_size = _encode_plan(x, chunk_size, partition)
+    words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
     impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
-    n_chunks = -(-len(words) // chunk_size)
-    pos = fmt.header_nbytes(len(shape), n_chunks, checksum)               # header is filled in last
-    bound = pos + len(words) * lay.itemsize                                 # every chunk raw
     if out is not None:
         dst, result = _out_bytes(out)
         if len(dst) < bound:
