@@ -115,20 +115,82 @@ def shard_streams(buf, bounds) -> list[bytes]:
     return out
 
 
-def _encode_plan(x, chunk_size, partition, checksum):
-    """The words, layout, shape, torch flag and chunk size of an encode, the header's size and the
-    most bytes the stream can take (every chunk raw)."""
-    words, lay, shape, from_torch = _as_words(x)
+def _chunk_plan(numel: int, shape, lay: FloatLayout, chunk_size, partition, checksum):
+    """The chunk size of an encode, the header's size and the most bytes the stream can take."""
     if chunk_size is None:
         chunk_size = default_chunk_size(lay)
     if partition is not None:
-        chunk_size = _partition_chunk_size(partition, len(words), chunk_size)
+        chunk_size = _partition_chunk_size(partition, numel, chunk_size)
     if not 1 <= chunk_size <= fmt.MAX_CHUNK_SIZE:
         raise ValueError(f"chunk_size must be in [1, {fmt.MAX_CHUNK_SIZE}], got {chunk_size}")
     if len(shape) > fmt.MAX_NDIM:
         raise ValueError(f"at most {fmt.MAX_NDIM} dimensions are supported, got {len(shape)}")
-    head = fmt.header_nbytes(len(shape), -(-len(words) // chunk_size), checksum)
-    return words, lay, shape, from_torch, chunk_size, head, head + len(words) * lay.itemsize
+    head = fmt.header_nbytes(len(shape), -(-numel // chunk_size), checksum)
+    return chunk_size, head, head + numel * lay.itemsize
+
+
+def _encode_plan(x, chunk_size, partition, checksum):
+    """The words, layout, shape, torch flag and chunk size of an encode, the header's size and the
+    most bytes the stream can take (every chunk raw)."""
+    words, lay, shape, from_torch = _as_words(x)
+    return (words, lay, shape, from_torch) + _chunk_plan(len(words), shape, lay, chunk_size, partition, checksum)
+
+
+def _on_device(x):
+    """``x`` as a torch tensor if it lives on a CUDA device (a torch tensor, or a CuPy-style array
+    through DLPack), else None."""
+    if _is_torch(x):
+        return x if x.device.type == "cuda" else None
+    if isinstance(x, (np.ndarray, bytes, bytearray, memoryview)) or not hasattr(x, "__cuda_array_interface__"):
+        return None
+    import torch
+
+    return torch.from_dlpack(x)
+
+
+def _encode_device(x, dev_x, chunk_size, checksum, partition, out):
+    """Encode on the GPU backend: ``x`` on a CUDA device (``dev_x``), or a host tensor with
+    ``backend="triton"`` (copied to the GPU, or encoded on the CPU under TRITON_INTERPRET)."""
+    import torch
+
+    from codegen import triton_backend as tb
+
+    if dev_x is not None:
+        lay = layout_for(dev_x.dtype)
+        shape, from_torch = tuple(dev_x.shape), _is_torch(x)
+        words = dev_x.detach().contiguous().view(-1).view(tb.word_dtype(lay))
+    else:
+        host, lay, shape, from_torch = _as_words(x)
+        signed = host.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
+        words = torch.from_numpy(np.array(signed)).view(tb.word_dtype(lay)).to(tb._device())
+    chunk_size, _, _ = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
+    flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
+    stream = tb.encode_stream(words, lay, shape, chunk_size, flags)
+    n = stream.numel()
+    if dev_x is not None:
+        if out is None:
+            return stream if _is_torch(x) else _like(x, stream)
+        if not (_is_torch(out) and out.device == stream.device and out.dtype == torch.uint8 and out.is_contiguous()):
+            raise ValueError(f"out must be a contiguous uint8 tensor on {stream.device} for a tensor there")
+        if out.numel() < n:
+            raise ValueError(f"out holds {out.numel()} bytes; this stream needs {n}")
+        out.view(-1)[:n].copy_(stream)
+        return out.view(-1)[:n]
+    data = stream.cpu().numpy()
+    if out is None:
+        return bytearray(data)
+    dst, result = _out_bytes(out)
+    if len(dst) < n:
+        raise ValueError(f"out holds {len(dst)} bytes; this stream needs {n} (codec.max_encoded_size)")
+    dst[:n] = data
+    return result(n)
+
+
+def _like(x, t):
+    """``t`` (a torch CUDA tensor) as the array family of ``x`` (CuPy and the like, through DLPack)."""
+    import importlib
+
+    return importlib.import_module(type(x).__module__.split(".")[0]).from_dlpack(t)
 
 
 def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False,
@@ -176,6 +238,11 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     place: peak extra memory is about the output (plus up to 16 MiB of scratch with several numba
     threads).  ``x`` is never modified.
     """
+    dev_x = _on_device(x)
+    if dev_x is not None or backend == "triton":
+        if backend not in ("auto", "triton"):
+            raise ValueError(f"backend {backend!r} runs on the CPU; this tensor is on {dev_x.device}")
+        return _encode_device(x, dev_x, chunk_size, checksum, partition, out)
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
     impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
@@ -275,6 +342,9 @@ def decode(buf, *, out=None, backend: str = "auto"):
     stream turns out to be bad, ``out`` may be partly overwritten before the error is raised).
     Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
     """
+    dev_buf = _on_device(buf)
+    if dev_buf is not None:
+        return _decode_device(buf, dev_buf, out)
     if out is not None:
         dst, lay = _out_words(out)
 
@@ -293,6 +363,28 @@ def decode(buf, *, out=None, backend: str = "auto"):
         except ImportError:
             torch_out = False
     return _to_family(words, h.layout, h.shape, torch_out)
+
+
+def _decode_device(buf, dev_buf, out):
+    """Decode a stream held on a CUDA device there; the result is a torch tensor on that device
+    (or the array family of ``buf``, through DLPack), or ``out`` (a tensor there) decoded into."""
+    import torch
+
+    from codegen import triton_backend as tb
+
+    if dev_buf.dtype != torch.uint8 or dev_buf.dim() != 1:
+        raise ValueError(f"a stream on a GPU must be a 1-D uint8 tensor, got {dev_buf.dtype} {tuple(dev_buf.shape)}")
+    words = None
+    if out is not None:
+        if not (_is_torch(out) and out.device == dev_buf.device and out.is_contiguous()):
+            raise ValueError(f"out must be a contiguous tensor on {dev_buf.device}")
+        out_lay = layout_for(out.dtype)
+        words = out.detach().view(-1).view(tb.word_dtype(out_lay))
+    h, words = tb.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None)
+    if out is not None:
+        return out
+    result = words.view(getattr(torch, h.layout.name)).reshape(h.shape)
+    return result if _is_torch(buf) else _like(buf, result)
 
 
 def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.ndarray:

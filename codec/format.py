@@ -157,13 +157,35 @@ def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, siz
     return b"".join(parts)
 
 
-def parse_header(buf) -> Header:
+def header_extent(prefix) -> int:
+    """Bytes of header, shape and chunk table (CRCs included) of the stream whose first bytes are
+    ``prefix`` (at least ``16 + 8 * MAX_NDIM`` of them, or the whole stream): how much of a stream kept
+    elsewhere (on a GPU) :func:`parse_header` needs to see.  Nothing is validated here; a value that
+    makes no sense comes back small, and ``parse_header`` then says what is wrong."""
+    mv = memoryview(prefix).cast("B")
+    if len(mv) < _HEAD.size:
+        return _HEAD.size
+    _, _, _, flags, ndim, chunk_size, _, _ = _HEAD.unpack_from(mv, 0)
+    if ndim > MAX_NDIM or len(mv) < _HEAD.size + 8 * ndim or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        return min(len(mv), _HEAD.size + 8 * min(ndim, MAX_NDIM))
+    numel = math.prod(struct.unpack_from(f"<{ndim}Q", mv, _HEAD.size))
+    if numel > MAX_NUMEL:
+        return _HEAD.size + 8 * ndim
+    return header_nbytes(ndim, -(-numel // chunk_size), bool(flags & FLAG_CHECKSUM))
+
+
+def parse_header(buf, length: int | None = None) -> Header:
     """Parse and validate everything but the payload contents; raises :class:`FormatError`.
 
     After this returns, every table entry is consistent with the buffer's length, so the
     output (``prod(shape)`` values) is what a valid stream of this size can describe.
+    ``length``: the stream's length when ``buf`` holds only its first bytes (at least
+    :func:`header_extent` of them, as for a stream on a GPU); payload checks then use it.
     """
     mv = memoryview(buf).cast("B")
+    size = len(mv) if length is None else int(length)
+    if length is not None and len(mv) < min(size, header_extent(mv)):
+        raise ValueError(f"parse_header needs the first {header_extent(mv)} bytes, got {len(mv)}")
     if len(mv) < _HEAD.size:
         raise FormatError(f"stream too short for a header ({len(mv)} < {_HEAD.size} bytes)")
     magic, version, code, flags, ndim, chunk_size, fam, reserved = _HEAD.unpack_from(mv, 0)
@@ -208,14 +230,14 @@ def parse_header(buf) -> Header:
         if crc32c(mv[:pos]) != stored:
             raise FormatError("header checksum mismatch: header or chunk table corrupted")
         pos += 4
-    if n_chunks and int(ends_u.max()) > len(mv) - pos:
+    if n_chunks and int(ends_u.max()) > size - pos:
         raise FormatError("chunk table points past the end of the stream")
     ends = ends_u.astype(np.int64)
     if n_chunks and np.any(np.diff(ends, prepend=0) < 0):
         raise FormatError("chunk table offsets are not increasing")
     total = int(ends[-1]) if n_chunks else 0
-    if pos + total != len(mv):
-        raise FormatError(f"stream length {len(mv)} does not match the chunk table ({pos + total} bytes)")
+    if pos + total != size:
+        raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
     h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam)
     sizes = np.diff(ends, prepend=0)
     for kind, expect in ((KIND_RAW, None), (KIND_CONST, lay.itemsize)):
@@ -242,16 +264,28 @@ def verify_chunk_crcs(h: Header, buf, chunks) -> None:
             raise FormatError(f"chunk {i}: checksum mismatch (payload corrupted)")
 
 
-def parse_chunk_head(h: Header, buf, i: int) -> ChunkHead:
-    """The validated header of coded chunk ``i``."""
+def chunk_head_extent(h: Header, i: int) -> int:
+    """The most bytes of coded chunk ``i``'s payload that :func:`parse_chunk_head` reads."""
+    a, b = h.chunk_span(i)
+    return min(b - a, CHUNK_HEAD.size + (-(-h.chunk_len(i) // (1 << min(ZERO_BLOCK_MODES))) + 7) // 8)
+
+
+def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
+    """The validated header of coded chunk ``i``.  ``prefix``: the first :func:`chunk_head_extent`
+    bytes of its payload, when the stream itself is elsewhere (on a GPU); offsets stay the stream's."""
     from .codebook import N_CODEBOOKS
 
     a, b = h.chunk_span(i)
     n = h.chunk_len(i)
     if b - a < CHUNK_HEAD.size:
         raise FormatError(f"chunk {i}: coded payload of {b - a} bytes is shorter than its header")
-    mv = memoryview(buf).cast("B")
-    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(mv, a)
+    if prefix is None:
+        mv, shift_at = memoryview(buf).cast("B"), 0
+    else:
+        mv, shift_at = memoryview(prefix).cast("B"), a
+        if len(mv) < chunk_head_extent(h, i):
+            raise ValueError(f"chunk {i}: prefix of {len(mv)} bytes, {chunk_head_extent(h, i)} needed")
+    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(mv, a - shift_at)
     if reserved or (mode and mode not in ZERO_BLOCK_MODES):
         raise FormatError(f"chunk {i}: unknown mode {mode} / reserved field {reserved}")
     if shift > h.layout.man_bits - 1:
@@ -264,7 +298,8 @@ def parse_chunk_head(h: Header, buf, i: int) -> ChunkHead:
         nb = -(-n // (1 << mode))
         if b - pos < (nb + 7) // 8:
             raise FormatError(f"chunk {i}: payload too short for its zero-block bitmap")
-        bits = np.unpackbits(np.frombuffer(mv, np.uint8, (nb + 7) // 8, pos), count=nb, bitorder="little")
+        bits = np.unpackbits(np.frombuffer(mv, np.uint8, (nb + 7) // 8, pos - shift_at), count=nb,
+                             bitorder="little")
         zero_blocks = bits.astype(bool)
         pos += (nb + 7) // 8
         n_coded = int(np.repeat(~zero_blocks, 1 << mode)[:n].sum())

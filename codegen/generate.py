@@ -49,6 +49,9 @@ def constants(dtype: str) -> dict:
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
         "N_SYMBOLS": cbk.N_SYMBOLS, "RENORM_SHIFT": 32 - cbk.PROB_BITS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
         "N_META": 14, "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION,
+        "WINDOW": cbk.WINDOW, "WINDOW_LOW": cbk.WINDOW_LOW, "SYM_WINDOW0": cbk.SYM_WINDOW0, "ITEMSIZE": lay.itemsize,
+        "MANMASK": (1 << lay.man_bits) - 1, "LOWMASK": (1 << (lay.man_bits - 1)) - 1,
+        "MAGMASK": (1 << (8 * lay.itemsize - 1)) - 1,
     }
 
 

@@ -1,15 +1,23 @@
-"""Encode and decode through the generated Triton kernels (GPU, or the CPU interpreter with
-TRITON_INTERPRET=1).
+"""Encode and decode on the device through the generated Triton kernels (a GPU, or the CPU
+interpreter with TRITON_INTERPRET=1): the same bytes as :mod:`reference`, by the same rules.
 
-Encoding: the reference encoder's per-chunk analysis on the host, the rANS coding of all chunks
-in one launch of the generated ``rans_encode_chunks`` (still to move to the device: statistics,
-symbols and planes).  Decoding has the same contract as :func:`reference.decode_chunks`.  The host validates every chunk header
-(:func:`codec.format.parse_chunk_head`), builds the clipped decode tables, and launches one
-program per CODED chunk; RAW and CONST chunks are copied on the host.  The kernel checks the
-rANS invariants (words used, final states, counts) and reports per chunk; a failure raises
-:class:`codec.FormatError` like every other backend.
+Encoding (:func:`encode_stream`): everything but the header happens on the device: one pass of
+``enc_stats`` over the words, the model fit (:func:`select_codebooks`) and the clipped tables
+(:func:`clipped_tables`) as tensor ops for every chunk at once, a counting rANS pass of every
+candidate payload (plain and zero-block) to size it, then the chosen payloads written in place at
+their final offsets (``enc_rans``, ``enc_planes``, ``enc_copy``).  Only the chunk kinds and sizes
+come back to the host, which packs the header (and, with checksums, computes the CRC32C there).
+
+Decoding (:func:`decode_stream`, :func:`decode_into`): the host reads the header, the chunk table and
+the coded chunks' own headers (gathered on the device: a few bytes per chunk), validates every one
+(:func:`codec.format.parse_chunk_head`) and builds the clipped decode tables; one program decodes
+each CODED chunk and one copies each RAW/CONST chunk.  The kernel checks the rANS invariants (words
+used, final states, counts) per chunk; a failure raises :class:`codec.FormatError` like every other
+backend.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -18,9 +26,6 @@ from codec import format as fmt
 from codec.format import FormatError
 
 from .generate import load_triton
-
-_META = 14
-
 
 def _device():
     import os
@@ -45,53 +50,89 @@ def _tables(cb, ref, lay):
     return entries, hi
 
 
-def rans_encode(sym: np.ndarray, freq: np.ndarray, cum: np.ndarray, k: int, *, dtype: str = "bfloat16"):
-    """:func:`reference.codec.rans_encode` on the generated Triton kernel (one program per chunk)."""
+_UINT_T = {1: "uint8", 2: "uint16", 4: "uint32"}
+
+
+def word_dtype(lay):
+    """The torch dtype a layout's words are handled as on the device (unsigned, the kernels' type)."""
     import torch
 
-    c, n = sym.shape
-    dev = _device()
-    cap = n + k                                        # at most one word per symbol, plus slack
-    states = torch.zeros((c, fmt.MAX_LANES), dtype=torch.int64, device=dev)
-    emitted = torch.zeros((c, cap), dtype=torch.int64, device=dev)
-    count = torch.zeros(c, dtype=torch.int64, device=dev)
-    t = lambda a: torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=dev)  # noqa: E731
-    load_triton(dtype).rans_encode_chunks[(c,)](t(sym), t(freq), t(cum), states, emitted, count, n, k, cap)
-    states = states.cpu().numpy()[:, :k].astype(np.uint32)
-    em = emitted.cpu().numpy()
-    cnt = count.cpu().numpy()
-    return states, [em[i, :cnt[i]][::-1].astype(np.uint16) for i in range(c)]
-
-
-def encode_chunks(words, lay, chunk_size):
-    """The reference encoder's analysis (statistics, codebook, symbols, planes) on the host, the rANS
-    coding of every chunk in the generated Triton kernel: the same bytes as every backend."""
-    from reference import codec as ref
-
-    return ref.encode_chunks(words, lay, chunk_size,
-                             rans=lambda sym, freq, cum, k: rans_encode(sym, freq, cum, k, dtype=lay.name))
+    return getattr(torch, _UINT_T[lay.itemsize])
 
 
 def decode_chunks(h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:
+    """:func:`reference.codec.decode_chunks` through the generated kernels: the stream is copied to the
+    device (the GPU, or the CPU under TRITON_INTERPRET), decoded there, and the words copied back."""
+    import torch
+
+    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+    dev = _device()
+    buf_t = torch.from_numpy(mv.copy()).to(dev)
+    words = torch.empty(len(out), dtype=word_dtype(h.layout), device=dev)
+    decode_into(h, buf_t, chunks, words, host=mv)
+    out[:] = words.cpu().numpy().view(out.dtype)
+
+
+def decode_stream(buf_t, words=None, words_layout=None):
+    """``(header, words)``: a stream held in a uint8 tensor on a device, decoded there.  Only the
+    header, the chunk table and the coded chunks' own headers are copied to the host (with checksums
+    the whole stream is, to verify them there)."""
+    import torch
+
+    length = buf_t.numel()
+    pre = buf_t[:min(length, fmt.header_nbytes(fmt.MAX_NDIM, 0, False))].cpu().numpy()
+    extent = fmt.header_extent(pre)
+    if extent > len(pre):
+        pre = buf_t[:min(length, extent)].cpu().numpy()
+    h = fmt.parse_header(pre, length)
+    host = None
+    if h.checksum:
+        host = buf_t.cpu().numpy()
+        fmt.verify_chunk_crcs(h, host, range(h.n_chunks))
+    if words is None:
+        words = torch.empty(h.numel, dtype=word_dtype(h.layout), device=buf_t.device)
+    elif words_layout is not h.layout or words.numel() != h.numel:
+        raise ValueError(f"out must hold {h.numel} values of {h.layout.name}, got {words.numel()} of "
+                         f"{getattr(words_layout, 'name', '?')}")
+    decode_into(h, buf_t, range(h.n_chunks), words, host=host)
+    return h, words
+
+
+def _chunk_prefixes(h, buf_t, ids):
+    """The first bytes of each coded chunk's payload (its header and bitmap), gathered on the device."""
+    import torch
+
+    if not ids:
+        return {}
+    starts = np.array([h.chunk_span(i)[0] for i in ids], dtype=np.int64)
+    lens = np.array([fmt.chunk_head_extent(h, i) for i in ids], dtype=np.int64)
+    idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+    got = buf_t[torch.as_tensor(idx, device=buf_t.device)].cpu().numpy()
+    ends = np.cumsum(lens)
+    return {i: got[e - n:e] for i, e, n in zip(ids, ends, lens)}
+
+
+def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None) -> None:
+    """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
+    (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_head`),
+    builds the clipped decode tables, and launches one program per CODED chunk and one per RAW/CONST
+    chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk, and a
+    failure raises :class:`codec.FormatError` like every other backend."""
     import torch
 
     lay = h.layout
-    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
     base = chunks.start * h.chunk_size
-    metas, table_ids, tables, his, nzb, ids = [], {}, [], [], [], []
-    out[:] = 0
+    coded = [i for i in chunks if h.kinds[i] == fmt.KIND_CODED]
+    prefixes = {} if host is not None else _chunk_prefixes(h, buf_t, coded)
+    metas, table_ids, tables, his, nzb, ids, plain = [], {}, [], [], [], [], []
     for i in chunks:
         a, b = h.chunk_span(i)
-        n = h.chunk_len(i)
         lo = i * h.chunk_size - base
         kind = int(h.kinds[i])
-        if kind == fmt.KIND_RAW:
-            out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))
+        if kind != fmt.KIND_CODED:
+            plain.append([lo, h.chunk_len(i), a, kind])
             continue
-        if kind == fmt.KIND_CONST:
-            out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))[0]
-            continue
-        hd = fmt.parse_chunk_head(h, mv, i)
+        hd = fmt.parse_chunk_head(h, host, i) if host is not None else fmt.parse_chunk_head(h, None, i, prefixes[i])
         key = (hd.codebook, hd.ref)
         if key not in table_ids:
             table_ids[key] = len(tables)
@@ -107,17 +148,269 @@ def decode_chunks(h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:
         metas.append([hd.states, hd.words, hd.n_words, plane_at, esc_at, hd.n_sm, hd.n_esc, hd.n_coded, hd.shift,
                       table_ids[key], lo, hd.mode, nzb_at, k])
         ids.append(i)
+    mod = load_triton(lay.name)
+    dev = buf_t.device
+    t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
+    block = 256 if _interpreting() else 1024
+    if nzb:                                    # zero blocks are not written by the kernel
+        words.zero_()
+    if plain:
+        mod.dec_copy[(len(plain),)](buf_t, t(plain), words, BLOCK=block)
     if not metas:
         return
-    dev = _device()
-    t = lambda a, dt=torch.int64: torch.as_tensor(np.array(a), dtype=dt, device=dev)  # noqa: E731  (copies)
-    tdtype = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[lay.itemsize]
-    dst = torch.from_numpy(out.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[lay.itemsize]).copy()).to(dev)
     err = torch.zeros(len(metas), dtype=torch.int32, device=dev)
-    kernel = load_triton(lay.name).decode_coded_chunks
-    kernel[(len(metas),)](t(mv, torch.uint8), t(metas), t(np.stack(tables)), t(np.stack(his)),
-                          t(nzb if nzb else [0]), dst.view(tdtype) if dst.dtype != tdtype else dst, err)
+    mod.decode_coded_chunks[(len(metas),)](buf_t, t(metas), t(np.stack(tables)), t(np.stack(his)),
+                                           t(nzb if nzb else [0]), words, err)
     bad = np.flatnonzero(err.cpu().numpy())
     if len(bad):
         raise FormatError(f"chunk {ids[int(bad[0])]}: coded payload inconsistent (rANS stream or counts)")
-    out[:] = dst.cpu().numpy().view(out.dtype)
+
+
+# --------------------------------------------------------------------------------- device encoder
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def _family_tensors(device: str):
+    import torch
+
+    fam = cbk.load_family()
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.int64), device=device)  # noqa: E731
+    return t(fam.freqs), t(fam.mean_offsets), t(fam.variances), t(fam.zero_thresholds)
+
+
+def select_codebooks(n, n_zero, n_log, sum_e, sum_e2):
+    """:func:`codec.codebook.select_codebook` on int64 tensors (one entry per chunk), on their device:
+    the same integer arithmetic (floor divisions), so every backend selects identically."""
+    import torch
+
+    _, offsets, variances, thresholds = _family_tensors(str(n.device))
+    fb = cbk.STAT_FRAC_BITS
+    nl = n_log.clamp(min=1)
+    m = torch.where(n_log > 0, torch.div(sum_e << fb, nl, rounding_mode="floor"), 0)
+    spread = torch.div(n_log * sum_e2 - sum_e * sum_e, nl, rounding_mode="floor")
+    v = torch.where(n_log > 0, torch.div(spread << fb, nl, rounding_mode="floor"), 0)
+    best_dist = best_s = best_q = best_ref = None
+    for s in range(offsets.shape[0]):
+        q_s = ref_s = err_s = None
+        for q in range(cbk.PHASES):
+            off = offsets[s, q]
+            ref = (m - off + (1 << (fb - 1))) >> fb
+            err = (m - off - (ref << fb)).abs()
+            if err_s is None:
+                q_s, ref_s, err_s = torch.zeros_like(m), ref, err
+            else:
+                better = err < err_s                  # the first phase on ties
+                q_s = torch.where(better, q, q_s)
+                ref_s = torch.where(better, ref, ref_s)
+                err_s = torch.where(better, err, err_s)
+        dist = (v - variances[s][q_s]).abs()
+        if best_dist is None:
+            best_dist, best_s, best_q, best_ref = dist, torch.zeros_like(m), q_s, ref_s
+        else:
+            better = dist < best_dist                 # the first shape on ties
+            best_dist = torch.where(better, dist, best_dist)
+            best_s = torch.where(better, s, best_s)
+            best_q = torch.where(better, q_s, best_q)
+            best_ref = torch.where(better, ref_s, best_ref)
+    z = ((n_zero[:, None] << cbk.ZERO_FRAC_BITS) >= thresholds[None, :] * n[:, None]).sum(dim=1)
+    return (best_s * cbk.PHASES + best_q) * len(cbk.ZERO_LEVELS) + z, best_ref
+
+
+def clipped_tables(cb, ref, lay):
+    """``(freq, cum)`` ``(R, N_SYMBOLS)`` int64 of :func:`codec.codebook.chunk_tables` for each row's
+    ``(codebook, ref)``: the family row with the impossible exponent fields' mass moved (a scatter-add)."""
+    import torch
+
+    freqs = _family_tensors(str(cb.device))[0]
+    s = torch.arange(cbk.N_SYMBOLS, device=cb.device)[None, :]
+    r = ref[:, None]
+    field = (s - cbk.SYM_WINDOW0) // 2 + r - cbk.WINDOW_LOW
+    top = (1 << lay.exp_bits) - 1
+
+    def sym(fld, bit):
+        return cbk.SYM_WINDOW0 + 2 * (fld - r + cbk.WINDOW_LOW) + bit
+
+    windowed = s >= cbk.SYM_WINDOW0
+    tgt = s.expand(len(cb), -1)
+    tgt = torch.where(windowed & (field < -1), sym(0, 0), tgt)
+    tgt = torch.where(windowed & (field == -1), sym(0, 1), tgt)
+    tgt = torch.where(windowed & (field > top), sym(top, 0 if lay.has_inf else 1), tgt)
+    tgt = torch.where((tgt < cbk.SYM_WINDOW0) & windowed | (tgt >= cbk.N_SYMBOLS), cbk.SYM_ESC, tgt)
+    freq = torch.zeros((len(cb), cbk.N_SYMBOLS), dtype=torch.int64, device=cb.device)
+    freq.scatter_add_(1, tgt, freqs[cb])
+    return freq, torch.cumsum(freq, dim=1) - freq
+
+
+def _lanes(n):
+    import torch
+
+    k = torch.ones_like(n)
+    for _ in range(5):
+        k = torch.where((k < fmt.MAX_LANES) & (2 * k * 1024 <= n), 2 * k, k)
+    return k
+
+
+def _packed_nbytes(n, width):
+    return n * (width // 8) + (n * (width % 8) + 7) // 8
+
+
+def _stack_rows(*cols):
+    import torch
+
+    return torch.stack([c.to(torch.int64) for c in cols], dim=1).contiguous()
+
+
+def encode_payloads(words, lay, chunk_size: int, head_nbytes: int):
+    """Encode the 1-D word tensor ``words`` (on its device: a GPU, or the CPU under TRITON_INTERPRET)
+    into a stream buffer with ``head_nbytes`` bytes left free at the front for the header.
+
+    Returns ``(stream, kinds, sizes)``: a uint8 tensor on the device, and the chunk kinds and payload
+    sizes as host arrays (the header and chunk table are made from them on the host).  The same bytes
+    as :func:`reference.codec.encode_chunks`, decided by the same rules: CONST, then the smallest of
+    the plain and zero-block payloads (the plain one on ties), RAW if that does not shrink the chunk.
+    """
+    import torch
+
+    dev = words.device
+    mod = load_triton(lay.name)
+    numel = words.numel()
+    cs = chunk_size
+    C = -(-numel // cs)
+    block = 256 if _interpreting() else 1024
+    nb16, nb64 = -(-cs // 16), -(-cs // 64)
+    stats = torch.empty((C, 10), dtype=torch.int64, device=dev)
+    nz = {4: torch.zeros((C, nb16), dtype=torch.uint8, device=dev),
+          6: torch.zeros((C, nb64), dtype=torch.uint8, device=dev)}
+    mod.enc_stats[(C,)](words, numel, cs, stats, nz[4], nz[6], nb16, nb64, BLOCK=block)
+    n, const, first, zeros, n_log, s1, s2, low, skip16, skip64 = stats.unbind(1)
+    M = lay.man_bits
+    lowbit = low & -low
+    shift = torch.where(low == 0, M - 1, torch.log2(lowbit.clamp(min=1).double()).round().long()).clamp(max=M - 1)
+
+    # candidates: the plain payload of every chunk that is not CONST, zero-block payloads where they may pay
+    chunk = torch.arange(C, device=dev)
+    cand_chunk, cand_mode, cand_skip = [], [], []
+    for mode, skip in ((0, torch.zeros_like(n)), (4, skip16), (6, skip64)):
+        ok = const == 0
+        if mode:
+            ok = ok & (32 * skip >= n) & (skip < n)
+        cand_chunk.append(chunk[ok])
+        cand_mode.append(torch.full_like(chunk[ok], mode))
+        cand_skip.append(skip[ok])
+    cc, cm, csk = torch.cat(cand_chunk), torch.cat(cand_mode), torch.cat(cand_skip)
+    n_coded = n[cc] - csk
+    cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], s2[cc])
+    freq, cum = clipped_tables(cb, ref, lay)
+    k = _lanes(n_coded)
+    # non-zero block lists of the zero-block candidates
+    nzb_parts, nzb_at = [], torch.zeros_like(cc)
+    base = 0
+    for mode in (4, 6):
+        sel = torch.nonzero(cm == mode).flatten()
+        if not len(sel):
+            continue
+        nbc = -(-n[cc[sel]] // (1 << mode))
+        flags = nz[mode][cc[sel]].bool() & (torch.arange(nz[mode].shape[1], device=dev)[None, :] < nbc[:, None])
+        counts = flags.sum(dim=1)
+        nzb_at[sel] = base + torch.cumsum(counts, 0) - counts
+        nzb_parts.append(torch.nonzero(flags)[:, 1])
+        base += int(counts.sum())
+    nzb = torch.cat(nzb_parts) if nzb_parts else torch.zeros(1, dtype=torch.int64, device=dev)
+    if not len(nzb):
+        nzb = torch.zeros(1, dtype=torch.int64, device=dev)
+    start = cc * cs
+    tab = torch.arange(len(cc), device=dev)
+    zero = torch.zeros_like(cc)
+    counts = torch.zeros((len(cc), 3), dtype=torch.int64, device=dev)
+    if len(cc):
+        rows = _stack_rows(start, n_coded, k, cm, nzb_at, tab, ref, zero, zero)
+        mod.enc_rans[(len(cc),)](words, rows, freq, cum, nzb, counts, nz[4], WRITE=False)
+    n_words, n_sm, n_esc = counts.unbind(1)
+    bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
+    size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + _packed_nbytes(n_sm, M - shift[cc])
+            + 2 * n_esc)
+
+    # the choice per chunk: the smallest candidate, the earliest (plain first) on ties; RAW if not smaller
+    raw_size = n * lay.itemsize
+    big = torch.iinfo(torch.int64).max
+    best = torch.full_like(n, big)
+    pick = torch.full_like(n, -1)
+    for mode in (0, 4, 6):                               # candidates are grouped by mode in this order
+        sel = torch.nonzero(cm == mode).flatten()
+        better = size[sel] < best[cc[sel]]
+        best[cc[sel[better]]] = size[sel[better]]
+        pick[cc[sel[better]]] = sel[better]
+    coded = (const == 0) & (best < raw_size)
+    kinds = torch.where(const == 1, fmt.KIND_CONST, torch.where(coded, fmt.KIND_CODED, fmt.KIND_RAW))
+    sizes = torch.where(const == 1, lay.itemsize, torch.where(coded, best, raw_size))
+    pay_at = head_nbytes + torch.cumsum(sizes, 0) - sizes
+    sizes_h = sizes.cpu().numpy()
+    total = head_nbytes + int(sizes_h.sum())
+    out = torch.empty(total, dtype=torch.uint8, device=dev)
+
+    chosen = pick[coded]                                 # candidate rows that are written
+    if len(chosen):
+        at = pay_at[coded]
+        cmode = cm[chosen]
+        states_at = at + fmt.CHUNK_HEAD.size + bitmap[chosen]
+        words_at = states_at + 4 * k[chosen]
+        rows = _stack_rows(start[chosen], n_coded[chosen], k[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
+                           states_at, words_at)
+        mod.enc_rans[(len(chosen),)](words, rows, freq, cum, nzb, counts[chosen].contiguous(), out, WRITE=True)
+        plane_at = words_at + 2 * n_words[chosen]
+        scratch = torch.empty(max(1, int(n_coded[chosen].sum())), dtype=torch.uint8, device=dev)
+        scratch_at = torch.cumsum(n_coded[chosen], 0) - n_coded[chosen]
+        rows = _stack_rows(start[chosen], n_coded[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
+                           shift[cc[chosen]], n_sm[chosen], n_esc[chosen], n_words[chosen], cb[chosen], at,
+                           plane_at, scratch_at)
+        mod.enc_planes[(len(chosen),)](words, rows, freq, nzb, out, scratch, BLOCK=block)
+        _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
+    plain = torch.nonzero(~coded).flatten()
+    if len(plain):
+        rows = _stack_rows(plain * cs, n[plain], pay_at[plain], kinds[plain])
+        mod.enc_copy[(len(plain),)](words, rows, out, BLOCK=block)
+    return out, kinds.cpu().numpy().astype(np.uint8), sizes_h
+
+
+def _write_bitmaps(out, nz, n, mode, at, chunk):
+    """Zero-block bitmaps (bit set = block all +0, packed little-endian) of the chosen zero-block payloads."""
+    import torch
+
+    for m in (4, 6):
+        sel = torch.nonzero(mode == m).flatten()
+        if not len(sel):
+            continue
+        nbc = -(-n[sel] // (1 << m))
+        width = -(-nz[m].shape[1] // 8) * 8
+        bits = torch.zeros((len(sel), width), dtype=torch.int64, device=out.device)
+        cols = torch.arange(nz[m].shape[1], device=out.device)[None, :]
+        bits[:, :nz[m].shape[1]] = ((nz[m][chunk[sel]] == 0) & (cols < nbc[:, None])).long()
+        packed = (bits.view(len(sel), -1, 8) << torch.arange(8, device=out.device)).sum(dim=2)
+        j = torch.arange(packed.shape[1], device=out.device)[None, :]
+        ok = j < ((nbc + 7) // 8)[:, None]
+        out[(at[sel][:, None] + j)[ok]] = packed[ok].to(torch.uint8)
+
+
+def encode_stream(words, lay, shape, chunk_size: int, flags: int):
+    """The whole stream of the word tensor ``words`` as a uint8 tensor on its device."""
+    import torch
+
+    checksum = bool(flags & fmt.FLAG_CHECKSUM)
+    n_chunks = -(-words.numel() // chunk_size)
+    head_nbytes = fmt.header_nbytes(len(shape), n_chunks, checksum)
+    if n_chunks:
+        out, kinds, sizes = encode_payloads(words, lay, chunk_size, head_nbytes)
+    else:
+        out, kinds, sizes = torch.empty(head_nbytes, dtype=torch.uint8, device=words.device), [], []
+    crcs = None
+    if checksum:                                # CRC32C on the host, from a copy of the payloads
+        host = out[head_nbytes:].cpu().numpy()
+        ends = np.cumsum(sizes)
+        crcs = [fmt.crc32c(host[a:b]) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs)
+    out[:head_nbytes] = torch.frombuffer(bytearray(head), dtype=torch.uint8).to(out.device)
+    return out

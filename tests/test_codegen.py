@@ -16,6 +16,9 @@ if os.environ.get("TRITON_INTERPRET") is None:
         os.environ["TRITON_INTERPRET"] = "1"     # before any generated kernel is imported
 
 import codec  # noqa: E402
+import torch  # noqa: E402
+from codec import format as fmt  # noqa: E402
+from codec.layouts import layout_for  # noqa: E402
 from codegen import generate as gen  # noqa: E402
 from tests.helpers import DTYPES, assert_bit_equal, make_values  # noqa: E402
 
@@ -49,30 +52,139 @@ def test_triton_decoder_bit_exact(dtype):
     assert_bit_equal(codec.decode(blob, backend="triton"), x)
 
 
+def _encoder_case(dtype):
+    """Five 128-value chunks and a short one that take every path of the encoder: escapes and -0, a
+    zero-block payload, CONST, RAW (random bits), dropped low mantissa bits in a short last chunk."""
+    lay = layout_for(dtype)
+    g = make_values("gaussian", dtype, 128, 1, -1.0)
+    g[3] = make_values("random_bits", dtype, 1, 5)[0]
+    g.view(lay.uint)[5] = 1 << (8 * lay.itemsize - 1)                       # -0: not a ZERO symbol
+    z = np.zeros(128, g.dtype)
+    z[70:75] = make_values("gaussian", dtype, 5, 2, -1.0)
+    low = make_values("gaussian", dtype, 88, 4, 2.0).view(lay.uint) & lay.uint.type((1 << (8 * lay.itemsize)) - 4)
+    return np.concatenate([g, z, np.full(128, g[0]), make_values("random_bits", dtype, 128, 3), low.view(g.dtype)])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_triton_encoder_bit_exact(dtype):
-    """The generated rANS encoder writes the reference's bytes (zero blocks, escapes, a short last chunk)."""
+    """The device encoder (statistics, model fit, tables, symbols, planes, rANS, placement) writes the
+    reference's bytes, and the device decoder reads them from a tensor (chunk heads gathered there)."""
     pytest.importorskip("triton")
-    from codegen import triton_backend
+    from codegen import triton_backend as tb
+
+    x = _encoder_case(dtype)
+    blob = codec.encode(x, chunk_size=128, backend="triton")
+    ref = codec.encode(x, chunk_size=128, backend="reference")
+    assert isinstance(blob, bytearray) and blob == ref
+    chunks = codec.inspect(ref)["chunks"]
+    assert [c["kind"] for c in chunks] == ["coded", "coded", "const", "raw", "coded"]
+    assert chunks[1]["zero_block_size"] == 16 and chunks[4]["dropped_mantissa_bits"] >= 1
+    h, words = tb.decode_stream(torch.frombuffer(bytearray(ref), dtype=torch.uint8))
+    assert h.shape == x.shape
+    assert np.array_equal(words.numpy().view(layout_for(dtype).uint), x.view(layout_for(dtype).uint))
+
+
+def test_triton_encoder_into_buffer_and_checksums():
+    pytest.importorskip("triton")
+    x = make_values("gaussian", "bfloat16", 300, 7, -2.0)
+    ref = codec.encode(x, chunk_size=160, checksum=True, backend="reference")
+    buf = bytearray(b"\xee" * codec.max_encoded_size(x, chunk_size=160, checksum=True))
+    view = codec.encode(x, chunk_size=160, checksum=True, backend="triton", out=buf)
+    assert bytes(view) == bytes(ref)
+    assert codec.encode(np.zeros(0, x.dtype), backend="triton") == codec.encode(np.zeros(0, x.dtype))
+
+
+@pytest.mark.parametrize("k", [8, 32])
+def test_triton_rans_lanes(k):
+    """The rANS walk on 8 and 32 lanes (chunks of 8K-32K values; too slow for the interpreter whole):
+    the kernel run on rows that set the lane count, against the reference rANS."""
+    pytest.importorskip("triton")
+    from codec.codebook import chunk_tables, load_family, select_codebook
+    from codec.layouts import log2_magnitude, split
+    from codegen import triton_backend as tb
     from reference import codec as ref
 
-    x = make_values("gaussian", dtype, 700, 4, -1.0)
-    x[::13] = 0
-    x[320:320 + 64] = 0                      # a zero-block candidate in the second chunk
-    x[7] = make_values("random_bits", dtype, 1, 5)[0]
-    blob = codec.encode(x, chunk_size=320, backend="triton")
-    assert blob == codec.encode(x, chunk_size=320, backend="reference")
-    assert {c["kind"] for c in codec.inspect(blob)["chunks"]} >= {"coded"}
-    # the kernel itself, on random symbols with a skewed table, against the reference rANS
-    rng = np.random.default_rng(0)
-    freq = np.zeros((3, 82), np.int64)
-    freq[:, :40] = rng.integers(1, 100, (3, 40))
-    freq[:, 0] += 4096 - freq.sum(axis=1)
-    cum = np.concatenate([np.zeros((3, 1), np.int64), np.cumsum(freq, axis=1)[:, :-1]], axis=1)
-    sym = np.stack([rng.choice(82, 257, p=f / 4096) for f in freq])
-    s_ref, w_ref = ref.rans_encode(sym, freq, cum, 8)
-    s_tri, w_tri = triton_backend.rans_encode(sym, freq, cum, 8, dtype=dtype)
-    assert np.array_equal(s_ref, s_tri) and all(np.array_equal(a, b) for a, b in zip(w_ref, w_tri))
+    lay = layout_for("bfloat16")
+    x = make_values("laplace", "bfloat16", 40 * k + 3, k, -1.0)
+    x[::7] = 0
+    w = x.view(lay.uint)
+    e, sm = split(w, lay)
+    nz = (w & 0x7FFF) != 0
+    lg = np.where(nz, log2_magnitude(e, sm, lay), 0)
+    cb, r = select_codebook(len(w), int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int((lg * lg).sum()),
+                            load_family())
+    freq, cum, _ = chunk_tables(cb, r, lay.exp_bits, lay.has_inf)
+    sym = ref._symbols(e, (sm >> 6) & 1, w == 0, r, freq)
+    states, words = ref.rans_encode(sym[None, :], freq[None, :].astype(np.int64), cum[None, :-1].astype(np.int64), k)
+    t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64))  # noqa: E731
+    wt = torch.from_numpy(w.view(np.int16).copy()).view(torch.uint16)
+    rows = t([[0, len(w), k, 0, 0, 0, r, 0, 4 * k]])
+    counts = torch.zeros((1, 3), dtype=torch.int64)
+    mod = gen.load_triton("bfloat16")
+    args = (wt, rows, t(freq[None, :]), t(cum[None, :-1]), t([0]), counts)
+    mod.enc_rans[(1,)](*args, torch.zeros(1, dtype=torch.uint8), WRITE=False)
+    assert counts[0, 0] == len(words[0]) and counts[0, 1] == (sym != 0).sum() and counts[0, 2] == (sym == 1).sum()
+    out = torch.zeros(4 * k + 2 * len(words[0]), dtype=torch.uint8)
+    mod.enc_rans[(1,)](*args, out, WRITE=True)
+    assert bytes(out.numpy()) == states[0].astype("<u4").tobytes() + words[0].astype("<u2").tobytes()
+
+
+def test_device_model_fit_matches_the_host():
+    """select_codebooks / clipped_tables (tensor ops) against codebook.select_codebook / chunk_tables."""
+    from codec.codebook import N_CODEBOOKS, chunk_tables, select_codebook
+    from codegen import triton_backend as tb
+
+    rng = np.random.default_rng(1)
+    m = 3000
+    n = rng.integers(1, 1 << 20, m)
+    n_zero = (rng.random(m) ** 3 * n).astype(np.int64)
+    n_log = np.where(rng.random(m) < 0.05, 0, n - n_zero)
+    mean = rng.uniform(-8, 260, m)
+    spread = rng.uniform(0, 30, m) ** 2
+    s1 = np.round(mean * n_log).astype(np.int64)
+    s2 = np.round((spread + mean ** 2) * n_log).astype(np.int64)
+    t = lambda a: torch.as_tensor(a, dtype=torch.int64)  # noqa: E731
+    cb, ref = tb.select_codebooks(t(n), t(n_zero), t(n_log), t(s1), t(s2))
+    want = [select_codebook(*map(int, v)) for v in zip(n, n_zero, n_log, s1, s2)]
+    assert [tuple(v) for v in zip(cb.tolist(), ref.tolist())] == want
+    for dtype in DTYPES:
+        lay = layout_for(dtype)
+        cbs = rng.integers(0, N_CODEBOOKS, 400)
+        refs = rng.integers(-40, (1 << lay.exp_bits) + 40, 400)
+        freq, cum = tb.clipped_tables(t(cbs), t(refs), lay)
+        for j in range(400):
+            f, c, _ = chunk_tables(int(cbs[j]), int(refs[j]), lay.exp_bits, lay.has_inf)
+            assert np.array_equal(freq[j].numpy(), f) and np.array_equal(cum[j].numpy(), c[:-1])
+
+
+def _same_fields(a, b):
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        assert (np.array_equal(va, vb) if isinstance(va, np.ndarray) else va == vb), f.name
+
+
+def test_header_from_a_prefix():
+    """What the device decoder copies to the host (header extent, chunk head prefixes) parses like the
+    whole stream, and a forged length is caught."""
+    x = make_values("mostly_zeros", "float16", 5000, 3, -1.0)
+    x[1500:1500 + 400] = 0                   # zero blocks
+    x[3000:3000 + 48] = 0
+    for checksum in (False, True):
+        blob = bytes(codec.encode(x, chunk_size=1024, checksum=checksum))
+        pre = blob[:fmt.header_extent(blob[:fmt.header_nbytes(fmt.MAX_NDIM, 0, False)])]
+        assert len(pre) == fmt.parse_header(blob).payload_start
+        h = fmt.parse_header(pre, len(blob))
+        _same_fields(h, fmt.parse_header(blob))
+        coded = np.flatnonzero(h.kinds == fmt.KIND_CODED)
+        assert len(coded) and any(fmt.parse_chunk_head(h, blob, int(i)).mode for i in coded)
+        for i in map(int, coded):
+            a = h.chunk_span(i)[0]
+            _same_fields(fmt.parse_chunk_head(h, None, i, blob[a:a + fmt.chunk_head_extent(h, i)]),
+                         fmt.parse_chunk_head(h, blob, i))
+        with pytest.raises(fmt.FormatError, match="does not match"):
+            fmt.parse_header(pre, len(blob) + 1)
 
 
 def test_triton_decoder_rejects_corruption():
@@ -112,7 +224,10 @@ def test_generated_sources_lint():
                 assert src.count(kernel + "(") == 1                        # no recursion
         else:
             for load in re.findall(r"tl\.load\((?:[^()]|\([^()]*\))*\)", src):
-                assert "mask=" in load or "mrow" in load, load                # every data load is masked
+                # every data load is masked; unmasked: a program's own row of offsets and counts, or
+                # one table entry / first word addressed by it
+                scalar = re.match(r"tl\.load\((mrow|row|frow|counts \+ r_ \* 3|words \+ start)\b", load)
+                assert "mask=" in load or scalar, load
 
 
 def test_cli_generates_and_lists(tmp_path, capsys):
