@@ -19,7 +19,8 @@ DEFAULT_CHUNK_SIZE_F32 = 1 << 14
 
 def default_chunk_size(lay: FloatLayout) -> int:
     return DEFAULT_CHUNK_SIZE_F32 if lay.itemsize == 4 else DEFAULT_CHUNK_SIZE
-BACKENDS = ("numba", "reference", "triton")
+BACKENDS = ("numba", "reference", "triton", "cuda")
+DEVICE_BACKENDS = ("triton", "cuda")   # generated GPU kernels (codegen); "auto" picks triton for GPU data
 
 
 def _backend(name: str):
@@ -32,10 +33,10 @@ def _backend(name: str):
         import reference
 
         return reference
-    if name == "triton":
-        from codegen import triton_backend
+    if name in DEVICE_BACKENDS:
+        from codegen import device
 
-        return triton_backend
+        return device.backend(name)
     raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
 
 
@@ -148,12 +149,12 @@ def _on_device(x):
     return torch.from_dlpack(x)
 
 
-def _encode_device(x, dev_x, chunk_size, checksum, partition, out):
-    """Encode on the GPU backend: ``x`` on a CUDA device (``dev_x``), or a host tensor with
-    ``backend="triton"`` (copied to the GPU, or encoded on the CPU under TRITON_INTERPRET)."""
+def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
+    """Encode with the generated kernels of ``dialect``: ``x`` on a CUDA device (``dev_x``), or a host
+    tensor copied to the GPU (or, for Triton, encoded on the CPU under TRITON_INTERPRET)."""
     import torch
 
-    from codegen import triton_backend as tb
+    from codegen import device as tb
 
     if dev_x is not None:
         lay = layout_for(dev_x.dtype)
@@ -162,10 +163,10 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out):
     else:
         host, lay, shape, from_torch = _as_words(x)
         signed = host.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
-        words = torch.from_numpy(np.array(signed)).view(tb.word_dtype(lay)).to(tb._device())
+        words = torch.from_numpy(np.array(signed)).view(tb.word_dtype(lay)).to(tb.default_device())
     chunk_size, _, _ = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
-    stream = tb.encode_stream(words, lay, shape, chunk_size, flags)
+    stream = tb.encode_stream(words, lay, shape, chunk_size, flags, kernels=tb.kernel_set(dialect, lay.name))
     n = stream.numel()
     if dev_x is not None:
         if out is None:
@@ -239,10 +240,11 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     threads).  ``x`` is never modified.
     """
     dev_x = _on_device(x)
-    if dev_x is not None or backend == "triton":
-        if backend not in ("auto", "triton"):
+    if dev_x is not None or backend in DEVICE_BACKENDS:
+        if backend not in ("auto",) + DEVICE_BACKENDS:
             raise ValueError(f"backend {backend!r} runs on the CPU; this tensor is on {dev_x.device}")
-        return _encode_device(x, dev_x, chunk_size, checksum, partition, out)
+        return _encode_device(x, dev_x, chunk_size, checksum, partition, out,
+                              "triton" if backend == "auto" else backend)
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
     impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
@@ -344,7 +346,9 @@ def decode(buf, *, out=None, backend: str = "auto"):
     """
     dev_buf = _on_device(buf)
     if dev_buf is not None:
-        return _decode_device(buf, dev_buf, out)
+        if backend not in ("auto",) + DEVICE_BACKENDS:
+            raise ValueError(f"backend {backend!r} runs on the CPU; this stream is on {dev_buf.device}")
+        return _decode_device(buf, dev_buf, out, "triton" if backend == "auto" else backend)
     if out is not None:
         dst, lay = _out_words(out)
 
@@ -365,12 +369,12 @@ def decode(buf, *, out=None, backend: str = "auto"):
     return _to_family(words, h.layout, h.shape, torch_out)
 
 
-def _decode_device(buf, dev_buf, out):
+def _decode_device(buf, dev_buf, out, dialect):
     """Decode a stream held on a CUDA device there; the result is a torch tensor on that device
     (or the array family of ``buf``, through DLPack), or ``out`` (a tensor there) decoded into."""
     import torch
 
-    from codegen import triton_backend as tb
+    from codegen import device as tb
 
     if dev_buf.dtype != torch.uint8 or dev_buf.dim() != 1:
         raise ValueError(f"a stream on a GPU must be a 1-D uint8 tensor, got {dev_buf.dtype} {tuple(dev_buf.shape)}")
@@ -380,7 +384,8 @@ def _decode_device(buf, dev_buf, out):
             raise ValueError(f"out must be a contiguous tensor on {dev_buf.device}")
         out_lay = layout_for(out.dtype)
         words = out.detach().view(-1).view(tb.word_dtype(out_lay))
-    h, words = tb.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None)
+    h, words = tb.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None,
+                                kernels=lambda lay: tb.kernel_set(dialect, lay.name))
     if out is not None:
         return out
     result = words.view(getattr(torch, h.layout.name)).reshape(h.shape)

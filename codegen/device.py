@@ -25,15 +25,7 @@ from codec import codebook as cbk
 from codec import format as fmt
 from codec.format import FormatError
 
-from .generate import load_triton
-
-def _device():
-    import os
-
-    import torch
-
-    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available() else "cuda"
-
+from .kernels import default_device, kernel_set
 
 def _tables(cb, ref, lay):
     f, cum, _ = cbk.chunk_tables(cb, ref, lay.exp_bits, lay.has_inf)
@@ -60,20 +52,33 @@ def word_dtype(lay):
     return getattr(torch, _UINT_T[lay.itemsize])
 
 
-def decode_chunks(h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:
-    """:func:`reference.codec.decode_chunks` through the generated kernels: the stream is copied to the
-    device (the GPU, or the CPU under TRITON_INTERPRET), decoded there, and the words copied back."""
-    import torch
+class Backend:
+    """The host-facing backend of one dialect for :mod:`codec.api` (``backend="triton"``/``"cuda"``):
+    host streams are copied to the device, decoded there, and the words copied back."""
 
-    mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
-    dev = _device()
-    buf_t = torch.from_numpy(mv.copy()).to(dev)
-    words = torch.empty(len(out), dtype=word_dtype(h.layout), device=dev)
-    decode_into(h, buf_t, chunks, words, host=mv)
-    out[:] = words.cpu().numpy().view(out.dtype)
+    def __init__(self, dialect: str):
+        self.dialect = dialect
+
+    def kernels(self, lay):
+        return kernel_set(self.dialect, lay.name)
+
+    def decode_chunks(self, h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:
+        import torch
+
+        mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+        dev = default_device() if self.dialect != "cuda-emulated" else "cpu"
+        buf_t = torch.from_numpy(mv.copy()).to(dev)
+        words = torch.empty(len(out), dtype=word_dtype(h.layout), device=dev)
+        decode_into(h, buf_t, chunks, words, host=mv, kernels=self.kernels(h.layout))
+        out[:] = words.cpu().numpy().view(out.dtype)
 
 
-def decode_stream(buf_t, words=None, words_layout=None):
+@functools.cache
+def backend(dialect: str) -> Backend:
+    return Backend(dialect)
+
+
+def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
     """``(header, words)``: a stream held in a uint8 tensor on a device, decoded there.  Only the
     header, the chunk table and the coded chunks' own headers are copied to the host (with checksums
     the whole stream is, to verify them there)."""
@@ -94,7 +99,9 @@ def decode_stream(buf_t, words=None, words_layout=None):
     elif words_layout is not h.layout or words.numel() != h.numel:
         raise ValueError(f"out must hold {h.numel} values of {h.layout.name}, got {words.numel()} of "
                          f"{getattr(words_layout, 'name', '?')}")
-    decode_into(h, buf_t, range(h.n_chunks), words, host=host)
+    if callable(kernels):
+        kernels = kernels(h.layout)
+    decode_into(h, buf_t, range(h.n_chunks), words, host=host, kernels=kernels)
     return h, words
 
 
@@ -112,7 +119,7 @@ def _chunk_prefixes(h, buf_t, ids):
     return {i: got[e - n:e] for i, e, n in zip(ids, ends, lens)}
 
 
-def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None) -> None:
+def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None) -> None:
     """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
     (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_head`),
     builds the clipped decode tables, and launches one program per CODED chunk and one per RAW/CONST
@@ -148,31 +155,23 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None) -> Non
         metas.append([hd.states, hd.words, hd.n_words, plane_at, esc_at, hd.n_sm, hd.n_esc, hd.n_coded, hd.shift,
                       table_ids[key], lo, hd.mode, nzb_at, k])
         ids.append(i)
-    mod = load_triton(lay.name)
+    kern = kernels or kernel_set("triton", lay.name)
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
-    block = 256 if _interpreting() else 1024
     if nzb:                                    # zero blocks are not written by the kernel
         words.zero_()
     if plain:
-        mod.dec_copy[(len(plain),)](buf_t, t(plain), words, BLOCK=block)
+        kern.dec_copy(len(plain), buf_t, t(plain), words)
     if not metas:
         return
     err = torch.zeros(len(metas), dtype=torch.int32, device=dev)
-    mod.decode_coded_chunks[(len(metas),)](buf_t, t(metas), t(np.stack(tables)), t(np.stack(his)),
-                                           t(nzb if nzb else [0]), words, err)
+    kern.decode(len(metas), buf_t, t(metas), t(np.stack(tables)), t(np.stack(his)), t(nzb if nzb else [0]), words, err)
     bad = np.flatnonzero(err.cpu().numpy())
     if len(bad):
         raise FormatError(f"chunk {ids[int(bad[0])]}: coded payload inconsistent (rANS stream or counts)")
 
 
 # --------------------------------------------------------------------------------- device encoder
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @functools.cache
 def _family_tensors(device: str):
     import torch
@@ -264,7 +263,7 @@ def _stack_rows(*cols):
     return torch.stack([c.to(torch.int64) for c in cols], dim=1).contiguous()
 
 
-def encode_payloads(words, lay, chunk_size: int, head_nbytes: int):
+def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None):
     """Encode the 1-D word tensor ``words`` (on its device: a GPU, or the CPU under TRITON_INTERPRET)
     into a stream buffer with ``head_nbytes`` bytes left free at the front for the header.
 
@@ -276,16 +275,15 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int):
     import torch
 
     dev = words.device
-    mod = load_triton(lay.name)
+    kern = kernels or kernel_set("triton", lay.name)
     numel = words.numel()
     cs = chunk_size
     C = -(-numel // cs)
-    block = 256 if _interpreting() else 1024
     nb16, nb64 = -(-cs // 16), -(-cs // 64)
     stats = torch.empty((C, 10), dtype=torch.int64, device=dev)
     nz = {4: torch.zeros((C, nb16), dtype=torch.uint8, device=dev),
           6: torch.zeros((C, nb64), dtype=torch.uint8, device=dev)}
-    mod.enc_stats[(C,)](words, numel, cs, stats, nz[4], nz[6], nb16, nb64, BLOCK=block)
+    kern.stats(C, words, numel, cs, stats, nz[4], nz[6], nb16, nb64)
     n, const, first, zeros, n_log, s1, s2, low, skip16, skip64 = stats.unbind(1)
     M = lay.man_bits
     lowbit = low & -low
@@ -328,7 +326,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int):
     counts = torch.zeros((len(cc), 3), dtype=torch.int64, device=dev)
     if len(cc):
         rows = _stack_rows(start, n_coded, k, cm, nzb_at, tab, ref, zero, zero)
-        mod.enc_rans[(len(cc),)](words, rows, freq, cum, nzb, counts, nz[4], WRITE=False)
+        kern.rans(len(cc), words, rows, freq, cum, nzb, counts, nz[4], False)
     n_words, n_sm, n_esc = counts.unbind(1)
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
     size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + _packed_nbytes(n_sm, M - shift[cc])
@@ -360,19 +358,19 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int):
         words_at = states_at + 4 * k[chosen]
         rows = _stack_rows(start[chosen], n_coded[chosen], k[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
                            states_at, words_at)
-        mod.enc_rans[(len(chosen),)](words, rows, freq, cum, nzb, counts[chosen].contiguous(), out, WRITE=True)
+        kern.rans(len(chosen), words, rows, freq, cum, nzb, counts[chosen].contiguous(), out, True)
         plane_at = words_at + 2 * n_words[chosen]
         scratch = torch.empty(max(1, int(n_coded[chosen].sum())), dtype=torch.uint8, device=dev)
         scratch_at = torch.cumsum(n_coded[chosen], 0) - n_coded[chosen]
         rows = _stack_rows(start[chosen], n_coded[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
                            shift[cc[chosen]], n_sm[chosen], n_esc[chosen], n_words[chosen], cb[chosen], at,
                            plane_at, scratch_at)
-        mod.enc_planes[(len(chosen),)](words, rows, freq, nzb, out, scratch, BLOCK=block)
+        kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
         _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
     plain = torch.nonzero(~coded).flatten()
     if len(plain):
         rows = _stack_rows(plain * cs, n[plain], pay_at[plain], kinds[plain])
-        mod.enc_copy[(len(plain),)](words, rows, out, BLOCK=block)
+        kern.copy(len(plain), words, rows, out)
     return out, kinds.cpu().numpy().astype(np.uint8), sizes_h
 
 
@@ -395,7 +393,7 @@ def _write_bitmaps(out, nz, n, mode, at, chunk):
         out[(at[sel][:, None] + j)[ok]] = packed[ok].to(torch.uint8)
 
 
-def encode_stream(words, lay, shape, chunk_size: int, flags: int):
+def encode_stream(words, lay, shape, chunk_size: int, flags: int, *, kernels=None):
     """The whole stream of the word tensor ``words`` as a uint8 tensor on its device."""
     import torch
 
@@ -403,7 +401,7 @@ def encode_stream(words, lay, shape, chunk_size: int, flags: int):
     n_chunks = -(-words.numel() // chunk_size)
     head_nbytes = fmt.header_nbytes(len(shape), n_chunks, checksum)
     if n_chunks:
-        out, kinds, sizes = encode_payloads(words, lay, chunk_size, head_nbytes)
+        out, kinds, sizes = encode_payloads(words, lay, chunk_size, head_nbytes, kernels)
     else:
         out, kinds, sizes = torch.empty(head_nbytes, dtype=torch.uint8, device=words.device), [], []
     crcs = None

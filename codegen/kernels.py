@@ -1,0 +1,173 @@
+"""Kernel sets: one object per (dialect, dtype) that launches the generated encoder and decoder kernels.
+
+:mod:`codegen.device` drives every set through the same six calls with the same tensors (row layouts
+are described in the templates), so the dialects differ only here:
+
+* ``triton``: the generated Triton module, on a GPU or, with ``TRITON_INTERPRET=1``, on the CPU;
+* ``cuda``: the generated CUDA C++ compiled at run time by NVRTC and launched with ``cuda.core`` on
+  torch's current stream (needs a GPU);
+* ``cuda-emulated``: the same CUDA source compiled for the CPU by the host C++ compiler, every thread of
+  a block a host thread, warp votes and barriers emulated (:mod:`codegen.emulate`); slow, for tests on
+  machines without a GPU: the CUDA kernels' bytes are checked there against the reference.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from codec.layouts import layout_for
+
+DIALECTS = ("triton", "cuda", "cuda-emulated")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def default_device() -> str:
+    """Where the device backends put host data: the GPU, or the CPU under the Triton interpreter."""
+    import torch
+
+    return "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
+
+
+@functools.cache
+def kernel_set(dialect: str, dtype):
+    lay = layout_for(dtype)
+    if dialect == "triton":
+        return TritonKernels(lay)
+    if dialect == "cuda":
+        return CudaKernels(lay)
+    if dialect == "cuda-emulated":
+        return EmulatedCudaKernels(lay)
+    raise ValueError(f"unknown dialect {dialect!r}; one of {DIALECTS}")
+
+
+class TritonKernels:
+    dialect = "triton"
+
+    def __init__(self, lay):
+        from .generate import load_triton
+
+        self.mod = load_triton(lay.name)
+        self.block = 256 if interpreting() else 1024
+
+    def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
+        self.mod.enc_stats[(grid,)](words, numel, cs, stats, nz16, nz64, nb16, nb64, BLOCK=self.block)
+
+    def rans(self, grid, words, rows, freq, cum, nzb, counts, out, write):
+        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, out, WRITE=bool(write))
+
+    def planes(self, grid, words, rows, freq, nzb, out, scratch):
+        self.mod.enc_planes[(grid,)](words, rows, freq, nzb, out, scratch, BLOCK=self.block)
+
+    def copy(self, grid, words, rows, out):
+        self.mod.enc_copy[(grid,)](words, rows, out, BLOCK=self.block)
+
+    def dec_copy(self, grid, buf, rows, words):
+        self.mod.dec_copy[(grid,)](buf, rows, words, BLOCK=self.block)
+
+    def decode(self, grid, buf, metas, tables, his, nzb, words, err):
+        self.mod.decode_coded_chunks[(grid,)](buf, metas, tables, his, nzb, words, err)
+
+
+# the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32
+_CUDA_KERNELS = {
+    "enc_stats": (256, "pqqpppqq"),
+    "enc_rans": (32, "pppppppi"),
+    "enc_planes": (32, "pppppp"),
+    "enc_copy": (256, "ppp"),
+    "dec_copy": (256, "ppp"),
+    "decode": (32, "ppppppp"),
+}
+
+
+class _CudaSet:
+    """The six calls on top of a ``_launch(name, grid, threads, args)`` of one of the CUDA kernels."""
+
+    def __init__(self, lay):
+        self.lay = lay
+
+    def _call(self, name, grid, *args):
+        threads, kinds = _CUDA_KERNELS[name]
+        if len(args) != len(kinds):
+            raise TypeError(f"{name}: {len(args)} arguments, {len(kinds)} expected")
+        if grid:
+            self._launch(f"zipccl_{name}_{self.lay.name}", grid, threads, kinds, args)
+
+    def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
+        self._call("enc_stats", grid, words, numel, cs, stats, nz16, nz64, nb16, nb64)
+
+    def rans(self, grid, words, rows, freq, cum, nzb, counts, out, write):
+        self._call("enc_rans", grid, words, rows, freq, cum, nzb, counts, out, int(bool(write)))
+
+    def planes(self, grid, words, rows, freq, nzb, out, scratch):
+        self._call("enc_planes", grid, words, rows, freq, nzb, out, scratch)
+
+    def copy(self, grid, words, rows, out):
+        self._call("enc_copy", grid, words, rows, out)
+
+    def dec_copy(self, grid, buf, rows, words):
+        self._call("dec_copy", grid, buf, rows, words)
+
+    def decode(self, grid, buf, metas, tables, his, nzb, words, err):
+        self._call("decode", grid, buf, metas, tables, his, nzb, words, err)
+
+
+class CudaKernels(_CudaSet):
+    """The generated CUDA source, NVRTC-compiled for the current device and launched with cuda.core."""
+
+    dialect = "cuda"
+
+    def __init__(self, lay):
+        super().__init__(lay)
+        import torch
+        from cuda.core import Device, Program, ProgramOptions
+
+        from .generate import ARCHS, generate
+
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}"
+        if arch not in ARCHS:
+            raise RuntimeError(f"no CUDA kernels are generated for {arch} (targets: {', '.join(ARCHS)})")
+        self.device = Device(torch.cuda.current_device())
+        self.device.set_current()
+        src = generate("cuda", lay.name, arch).read_text()
+        names = [f"zipccl_{k}_{lay.name}" for k in _CUDA_KERNELS]
+        module = Program(src, code_type="c++", options=ProgramOptions(arch=arch, std="c++17")).compile("cubin")
+        self.kernels = {n: module.get_kernel(n) for n in names}
+
+    def _launch(self, name, grid, threads, kinds, args):
+        import numpy as np
+        import torch
+        from cuda.core import LaunchConfig, launch
+
+        handle = torch.cuda.current_stream().cuda_stream
+
+        class _Stream:                     # torch's current stream, through the __cuda_stream__ protocol
+            def __cuda_stream__(self):
+                return (0, handle)
+
+        conv = {"p": lambda a: np.uint64(a.data_ptr()), "q": np.int64, "i": np.int32}
+        launch(self.device.create_stream(_Stream()), LaunchConfig(grid=int(grid), block=threads),
+               self.kernels[name], *[conv[k](a) for k, a in zip(kinds, args)])
+
+
+class EmulatedCudaKernels(_CudaSet):
+    """The generated CUDA source run on the CPU (see :mod:`codegen.emulate`): torch CPU tensors in."""
+
+    dialect = "cuda-emulated"
+
+    def __init__(self, lay):
+        super().__init__(lay)
+        from . import emulate
+
+        kinds = tuple((f"zipccl_{k}_{lay.name}", v) for k, (_, v) in _CUDA_KERNELS.items())
+        self.lib = emulate.load(lay.name, kinds)
+
+    def _launch(self, name, grid, threads, kinds, args):
+        import ctypes
+
+        conv = {"p": lambda a: ctypes.c_void_p(a.data_ptr()), "q": ctypes.c_int64, "i": ctypes.c_int}
+        getattr(self.lib, "emu_" + name)(ctypes.c_uint(int(grid)), ctypes.c_uint(threads),
+                                         *[conv[k](a) for k, a in zip(kinds, args)])
