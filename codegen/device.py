@@ -18,6 +18,7 @@ backend.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -119,12 +120,13 @@ def _chunk_prefixes(h, buf_t, ids):
     return {i: got[e - n:e] for i, e, n in zip(ids, ends, lens)}
 
 
-def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None) -> None:
+def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None, launch=True):
     """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
     (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_head`),
     builds the clipped decode tables, and launches one program per CODED chunk and one per RAW/CONST
     chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk, and a
-    failure raises :class:`codec.FormatError` like every other backend."""
+    failure raises :class:`codec.FormatError` like every other backend.  Returns the :class:`DecodePlan`;
+    with ``launch=False`` it is only prepared (nothing runs)"""
     import torch
 
     lay = h.layout
@@ -155,20 +157,51 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
         metas.append([hd.states, hd.words, hd.n_words, plane_at, esc_at, hd.n_sm, hd.n_esc, hd.n_coded, hd.shift,
                       table_ids[key], lo, hd.mode, nzb_at, k])
         ids.append(i)
-    kern = kernels or kernel_set("triton", lay.name)
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
-    if nzb:                                    # zero blocks are not written by the kernel
-        words.zero_()
-    if plain:
-        kern.dec_copy(len(plain), buf_t, t(plain), words)
-    if not metas:
-        return
-    err = torch.zeros(len(metas), dtype=torch.int32, device=dev)
-    kern.decode(len(metas), buf_t, t(metas), t(np.stack(tables)), t(np.stack(his)), t(nzb if nzb else [0]), words, err)
-    bad = np.flatnonzero(err.cpu().numpy())
-    if len(bad):
-        raise FormatError(f"chunk {ids[int(bad[0])]}: coded payload inconsistent (rANS stream or counts)")
+    plan = DecodePlan(kernels or kernel_set("triton", lay.name), buf_t, words, bool(nzb), t(plain) if plain else None,
+                      t(metas) if metas else None, t(np.stack(tables)) if tables else None,
+                      t(np.stack(his)) if his else None, t(nzb if nzb else [0]), ids)
+    if launch:
+        plan.run()
+        plan.check()
+    return plan
+
+
+@dataclass
+class DecodePlan:
+    """Everything the kernels need to decode a stream, on the device: :meth:`run` launches them (and
+    can be timed alone, as bench.gpu_check does), :meth:`check` reads back the per-chunk verdicts."""
+    kernels: object
+    buf: object
+    words: object
+    zero_first: bool
+    plain: object
+    metas: object
+    tables: object
+    his: object
+    nzb: object
+    ids: list
+    err: object = None
+
+    def run(self):
+        import torch
+
+        if self.zero_first:                    # zero blocks are not written by the kernel
+            self.words.zero_()
+        if self.plain is not None:
+            self.kernels.dec_copy(len(self.plain), self.buf, self.plain, self.words)
+        if self.metas is not None:
+            self.err = torch.zeros(len(self.metas), dtype=torch.int32, device=self.buf.device)
+            self.kernels.decode(len(self.metas), self.buf, self.metas, self.tables, self.his, self.nzb, self.words,
+                                self.err)
+
+    def check(self):
+        if self.err is None:
+            return
+        bad = np.flatnonzero(self.err.cpu().numpy())
+        if len(bad):
+            raise FormatError(f"chunk {self.ids[int(bad[0])]}: coded payload inconsistent (rANS stream or counts)")
 
 
 # --------------------------------------------------------------------------------- device encoder
