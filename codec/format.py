@@ -264,10 +264,14 @@ def verify_chunk_crcs(h: Header, buf, chunks) -> None:
             raise FormatError(f"chunk {i}: checksum mismatch (payload corrupted)")
 
 
-def chunk_head_extent(h: Header, i: int) -> int:
-    """The most bytes of coded chunk ``i``'s payload that :func:`parse_chunk_head` reads."""
-    a, b = h.chunk_span(i)
-    return min(b - a, CHUNK_HEAD.size + (-(-h.chunk_len(i) // (1 << min(ZERO_BLOCK_MODES))) + 7) // 8)
+def chunk_head_extent(h: Header, i):
+    """The most bytes of coded chunk ``i``'s payload that :func:`parse_chunk_head` reads (``i``: an
+    index or an array of them)."""
+    i = np.asarray(i, dtype=np.int64)
+    size = h.ends[i] - np.where(i > 0, h.ends[np.maximum(i - 1, 0)], 0)
+    n = np.minimum(h.chunk_size, h.numel - i * h.chunk_size)
+    extent = np.minimum(size, CHUNK_HEAD.size + (-(-n // (1 << min(ZERO_BLOCK_MODES))) + 7) // 8)
+    return int(extent) if extent.ndim == 0 else extent
 
 
 def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
@@ -313,3 +317,74 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
         raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {pos + tail - a}")
     return ChunkHead(cb, ref, shift, mode, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
                      pos + 4 * lanes(n_coded))
+
+
+_HEAD_DTYPE = np.dtype([("cb", "<u2"), ("ref", "<i2"), ("shift", "u1"), ("mode", "u1"), ("reserved", "<u2"),
+                        ("n_sm", "<u4"), ("n_esc", "<u4"), ("n_words", "<u4")])
+
+
+def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> dict:
+    """:func:`parse_chunk_head` of many coded chunks at once, for decoders that launch thousands of
+    chunks (the GPU backends): the same checks in the same order, and the same :class:`FormatError`
+    for the first bad chunk.  ``prefixes``: uint8, chunk ``ids[j]``'s first :func:`chunk_head_extent`
+    bytes at ``at[j]``.  Returns arrays (one entry per chunk) named like :class:`ChunkHead`'s fields,
+    ``zero_blocks`` a list (None for plain chunks)."""
+    from .codebook import N_CODEBOOKS
+
+    ids = np.asarray(ids, dtype=np.int64)
+    at = np.asarray(at, dtype=np.int64)
+    m = len(ids)
+    prev = np.where(ids > 0, h.ends[np.maximum(ids - 1, 0)], 0)
+    a = h.payload_start + prev
+    b = h.payload_start + h.ends[ids]
+    n = np.minimum(h.chunk_size, h.numel - ids * h.chunk_size)
+    errors = np.full(m, "", dtype=object)
+
+    def fail(mask, message):
+        for j in np.flatnonzero(mask & (errors == "")):
+            errors[j] = message(j)
+
+    fail(b - a < CHUNK_HEAD.size, lambda j: f"coded payload of {b[j] - a[j]} bytes is shorter than its header")
+    ok = errors == ""
+    rows = np.zeros(m, dtype=_HEAD_DTYPE)
+    if ok.any():
+        idx = at[ok][:, None] + np.arange(CHUNK_HEAD.size)
+        rows[ok] = prefixes[idx].reshape(-1).view(_HEAD_DTYPE)
+    mode = rows["mode"].astype(np.int64)
+    shift = rows["shift"].astype(np.int64)
+    fail(ok & ((rows["reserved"] != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES))),
+         lambda j: f"unknown mode {mode[j]} / reserved field {rows['reserved'][j]}")
+    fail(ok & (shift > h.layout.man_bits - 1),
+         lambda j: f"shift {shift[j]} exceeds the {h.layout.man_bits - 1} low mantissa bits")
+    fail(ok & (rows["cb"] >= N_CODEBOOKS),
+         lambda j: f"codebook id {rows['cb'][j]} outside family v1 (0..{N_CODEBOOKS - 1})")
+    pos = a + CHUNK_HEAD.size
+    n_coded = n.copy()
+    zero_blocks = [None] * m
+    for j in np.flatnonzero((errors == "") & (mode != 0)):
+        nb = -(-int(n[j]) // (1 << int(mode[j])))
+        if b[j] - pos[j] < (nb + 7) // 8:
+            errors[j] = "payload too short for its zero-block bitmap"
+            continue
+        start = at[j] + CHUNK_HEAD.size
+        bits = np.unpackbits(prefixes[start:start + (nb + 7) // 8], count=nb, bitorder="little").astype(bool)
+        zero_blocks[j] = bits
+        pos[j] += (nb + 7) // 8
+        n_coded[j] = int(np.repeat(~bits, 1 << int(mode[j]))[:int(n[j])].sum())
+        if n_coded[j] == 0:
+            errors[j] = "zero-block bitmap leaves no value to code"
+    n_sm, n_esc, n_words = (rows[k].astype(np.int64) for k in ("n_sm", "n_esc", "n_words"))
+    fail((n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded),
+         lambda j: f"counts n_sm={n_sm[j]} n_esc={n_esc[j]} n_words={n_words[j]} impossible "
+                   f"for {n_coded[j]} coded values")
+    k = np.array([lanes(int(v)) for v in n_coded], dtype=np.int64) if m else np.zeros(0, np.int64)
+    width = h.layout.man_bits - shift
+    tail = 4 * k + 2 * n_words + n_sm * (width // 8) + (n_sm * (width % 8) + 7) // 8 + 2 * n_esc
+    fail(pos + tail != b, lambda j: f"coded payload is {b[j] - a[j]} bytes, its header implies {pos[j] + tail[j] - a[j]}")
+    bad = np.flatnonzero(errors != "")
+    if len(bad):
+        j = bad[np.argmin(ids[bad])]
+        raise FormatError(f"chunk {int(ids[j])}: {errors[j]}")
+    return {"codebook": rows["cb"].astype(np.int64), "ref": rows["ref"].astype(np.int64), "shift": shift,
+            "mode": mode, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
+            "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k}

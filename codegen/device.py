@@ -9,8 +9,8 @@ their final offsets (``enc_rans``, ``enc_planes``, ``enc_copy``).  Only the chun
 come back to the host, which packs the header (and, with checksums, computes the CRC32C there).
 
 Decoding (:func:`decode_stream`, :func:`decode_into`): the host reads the header, the chunk table and
-the coded chunks' own headers (gathered on the device: a few bytes per chunk), validates every one
-(:func:`codec.format.parse_chunk_head`) and builds the clipped decode tables; one program decodes
+the coded chunks' own headers (gathered on the device: a few bytes per chunk), validates them all at
+once (:func:`codec.format.parse_chunk_heads`) and builds the clipped decode tables; one program decodes
 each CODED chunk and one copies each RAW/CONST chunk.  The kernel checks the rANS invariants (words
 used, final states, counts) per chunk; a failure raises :class:`codec.FormatError` like every other
 backend.
@@ -106,62 +106,65 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
     return h, words
 
 
-def _chunk_prefixes(h, buf_t, ids):
-    """The first bytes of each coded chunk's payload (its header and bitmap), gathered on the device."""
+def _chunk_prefixes(h, buf, ids):
+    """``(bytes, offsets)``: the first bytes of each coded chunk's payload (its header and bitmap),
+    gathered in one go (on the device for a device stream) and copied to the host."""
     import torch
 
-    if not ids:
-        return {}
-    starts = np.array([h.chunk_span(i)[0] for i in ids], dtype=np.int64)
-    lens = np.array([fmt.chunk_head_extent(h, i) for i in ids], dtype=np.int64)
-    idx = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
-    got = buf_t[torch.as_tensor(idx, device=buf_t.device)].cpu().numpy()
-    ends = np.cumsum(lens)
-    return {i: got[e - n:e] for i, e, n in zip(ids, ends, lens)}
+    starts = h.payload_start + np.where(ids > 0, h.ends[np.maximum(ids - 1, 0)], 0)
+    lens = fmt.chunk_head_extent(h, ids)
+    at = np.cumsum(lens) - lens
+    idx = np.repeat(starts - at, lens) + np.arange(int(lens.sum()))
+    if isinstance(buf, np.ndarray):
+        return buf[idx], at
+    return buf[torch.as_tensor(idx, device=buf.device)].cpu().numpy(), at
 
 
 def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None, launch=True):
     """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
-    (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_head`),
-    builds the clipped decode tables, and launches one program per CODED chunk and one per RAW/CONST
-    chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk, and a
-    failure raises :class:`codec.FormatError` like every other backend.  Returns the :class:`DecodePlan`;
-    with ``launch=False`` it is only prepared (nothing runs)"""
+    (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_heads`, all
+    at once), builds the clipped decode tables, and launches one program per CODED chunk and one per
+    RAW/CONST chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk,
+    and a failure raises :class:`codec.FormatError` like every other backend.  ``host``: the stream's
+    bytes on the host, when it is there too.  Returns the :class:`DecodePlan`; with ``launch=False`` it
+    is only prepared (nothing runs)."""
     import torch
 
     lay = h.layout
     base = chunks.start * h.chunk_size
-    coded = [i for i in chunks if h.kinds[i] == fmt.KIND_CODED]
-    prefixes = {} if host is not None else _chunk_prefixes(h, buf_t, coded)
-    metas, table_ids, tables, his, nzb, ids, plain = [], {}, [], [], [], [], []
-    for i in chunks:
-        a, b = h.chunk_span(i)
-        lo = i * h.chunk_size - base
-        kind = int(h.kinds[i])
-        if kind != fmt.KIND_CODED:
-            plain.append([lo, h.chunk_len(i), a, kind])
-            continue
-        hd = fmt.parse_chunk_head(h, host, i) if host is not None else fmt.parse_chunk_head(h, None, i, prefixes[i])
-        key = (hd.codebook, hd.ref)
-        if key not in table_ids:
-            table_ids[key] = len(tables)
-            t, hh = _tables(hd.codebook, hd.ref, lay)
-            tables.append(t)
-            his.append(hh)
-        k = fmt.lanes(hd.n_coded)
-        plane_at = hd.words + 2 * hd.n_words
-        esc_at = plane_at + fmt.packed_nbytes(hd.n_sm, lay.man_bits - hd.shift)
-        nzb_at = len(nzb)
-        if hd.mode:
-            nzb.extend(np.flatnonzero(~hd.zero_blocks).tolist())
-        metas.append([hd.states, hd.words, hd.n_words, plane_at, esc_at, hd.n_sm, hd.n_esc, hd.n_coded, hd.shift,
-                      table_ids[key], lo, hd.mode, nzb_at, k])
-        ids.append(i)
+    ids = np.arange(chunks.start, chunks.stop, dtype=np.int64)
+    kinds = h.kinds[chunks.start:chunks.stop]
+    lo = ids * h.chunk_size - base
+    rest = ids[kinds != fmt.KIND_CODED]
+    plain = np.stack([lo[kinds != fmt.KIND_CODED], np.minimum(h.chunk_size, h.numel - rest * h.chunk_size),
+                      h.payload_start + np.where(rest > 0, h.ends[np.maximum(rest - 1, 0)], 0),
+                      kinds[kinds != fmt.KIND_CODED].astype(np.int64)], axis=1)
+    ids = ids[kinds == fmt.KIND_CODED]
+    metas = tables = his = None
+    nzb = []
+    if len(ids):
+        prefixes, at = _chunk_prefixes(h, host if host is not None else buf_t, ids)
+        hd = fmt.parse_chunk_heads(h, ids, prefixes, at)
+        keys, tab = np.unique(hd["codebook"] * 65536 + (hd["ref"] + 32768), return_inverse=True)
+        built = [_tables(int(key) // 65536, int(key) % 65536 - 32768, lay) for key in keys]
+        tables, his = np.stack([t for t, _ in built]), np.stack([x for _, x in built])
+        nzb_at = np.zeros(len(ids), dtype=np.int64)
+        for j in np.flatnonzero(hd["mode"]):
+            nzb_at[j] = len(nzb)
+            nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
+        plane_at = hd["words"] + 2 * hd["n_words"]
+        width = lay.man_bits - hd["shift"]
+        esc_at = plane_at + hd["n_sm"] * (width // 8) + (hd["n_sm"] * (width % 8) + 7) // 8
+        metas = np.stack([hd["states"], hd["words"], hd["n_words"], plane_at, esc_at, hd["n_sm"], hd["n_esc"],
+                          hd["n_coded"], hd["shift"], tab.reshape(-1), lo[kinds == fmt.KIND_CODED], hd["mode"],
+                          nzb_at, hd["lanes"]], axis=1)
+    ids = ids.tolist()
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
-    plan = DecodePlan(kernels or kernel_set("triton", lay.name), buf_t, words, bool(nzb), t(plain) if plain else None,
-                      t(metas) if metas else None, t(np.stack(tables)) if tables else None,
-                      t(np.stack(his)) if his else None, t(nzb if nzb else [0]), ids)
+    plan = DecodePlan(kernels or kernel_set("triton", lay.name), buf_t, words, bool(nzb),
+                      t(plain) if len(plain) else None, t(metas) if metas is not None else None,
+                      t(tables) if tables is not None else None, t(his) if his is not None else None,
+                      t(nzb if nzb else [0]), ids)
     if launch:
         plan.run()
         plan.check()

@@ -129,3 +129,50 @@ def test_random_mutations_with_header_crc_fixed(data):
     i = data.draw(st.integers(0, h.payload_start - 1))
     blob[i] = data.draw(st.integers(0, 255))
     _decode_or_format_error(bytes(blob))
+
+
+@functools.cache
+def _heads_stream():
+    x = make_values("gaussian", "float16", 9000, 4, -1.0)
+    x[::5] = 0
+    x[2000:3100] = 0                          # zero-block chunks
+    x[6000:6010] = make_values("random_bits", "float16", 10, 2)
+    return bytes(codec.encode(x, chunk_size=1000))
+
+
+def _heads_one_by_one(h, blob, ids):
+    return [fmt.parse_chunk_head(h, blob, int(i)) for i in ids]
+
+
+@given(pos=st.integers(0, 10_000), value=st.one_of(st.integers(0, 255), st.sampled_from([0, 1, 4, 6, 8, 9, 10, 11, 255])),
+       count=st.integers(1, 3), offset=st.one_of(st.none(), st.integers(0, 27)))
+def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, offset):
+    """format.parse_chunk_heads (the GPU decoders' vectorised parse) accepts exactly what parse_chunk_head
+    accepts and names the same first bad chunk with the same message."""
+    blob = bytearray(_heads_stream())
+    h = fmt.parse_header(blob)
+    ids = np.flatnonzero(h.kinds == fmt.KIND_CODED)
+    assert len(ids) > 3 and any(fmt.parse_chunk_head(h, blob, int(i)).mode for i in ids)
+    # forge bytes inside the chunk heads (where parsing looks), leaving the chunk table valid
+    a = h.chunk_span(int(ids[pos % len(ids)]))[0]
+    extent = fmt.chunk_head_extent(h, int(ids[pos % len(ids)]))
+    for j in range(count):                    # a chosen field (shift, mode, counts...) or anywhere in the head
+        blob[a + ((offset if offset is not None else pos // len(ids)) + 7 * j) % extent] = (value + j) & 0xFF
+    extents = fmt.chunk_head_extent(h, ids)
+    at = np.cumsum(extents) - extents
+    mv = np.frombuffer(bytes(blob), np.uint8)
+    prefixes = np.concatenate([mv[h.chunk_span(int(i))[0]:h.chunk_span(int(i))[0] + e] for i, e in zip(ids, extents)])
+    try:
+        want = _heads_one_by_one(h, bytes(blob), ids)
+    except fmt.FormatError as e:
+        with pytest.raises(fmt.FormatError) as got:
+            fmt.parse_chunk_heads(h, ids, prefixes, at)
+        assert str(got.value) == str(e)
+        return
+    got = fmt.parse_chunk_heads(h, ids, prefixes, at)
+    for j, hd in enumerate(want):
+        for field in ("codebook", "ref", "shift", "mode", "n_sm", "n_esc", "n_words", "n_coded", "states", "words"):
+            assert got[field][j] == getattr(hd, field), field
+        assert (got["zero_blocks"][j] is None) == (hd.zero_blocks is None)
+        if hd.zero_blocks is not None:
+            assert np.array_equal(got["zero_blocks"][j], hd.zero_blocks)
