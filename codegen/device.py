@@ -1,11 +1,12 @@
-"""Encode and decode on the device through the generated Triton kernels (a GPU, or the CPU
-interpreter with TRITON_INTERPRET=1): the same bytes as :mod:`reference`, by the same rules.
+"""Encode and decode on the device through the generated kernels of either dialect (kernel sets:
+:mod:`codegen.kernels`; a GPU, or the CPU: the Triton interpreter, the CUDA emulator): the same bytes
+as :mod:`reference`, by the same rules.
 
 Encoding (:func:`encode_stream`): everything but the header happens on the device: one pass of
 ``enc_stats`` over the words, the model fit (:func:`select_codebooks`) and the clipped tables
-(:func:`clipped_tables`) as tensor ops for every chunk at once, a counting rANS pass of every
-candidate payload (plain and zero-block) to size it, then the chosen payloads written in place at
-their final offsets (``enc_rans``, ``enc_planes``, ``enc_copy``).  Only the chunk kinds and sizes
+(:func:`clipped_tables`) as tensor ops for every chunk at once, one rANS pass of every candidate
+payload (plain and zero-block) into scratch, which sizes it, then the chosen payloads put in place at
+their final offsets (``enc_place``, ``enc_planes``, ``enc_copy``).  Only the chunk kinds and sizes
 come back to the host, which packs the header (and, with checksums, computes the CRC32C there).
 
 Decoding (:func:`decode_stream`, :func:`decode_into`): the host reads the header, the chunk table and
@@ -360,9 +361,12 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     tab = torch.arange(len(cc), device=dev)
     zero = torch.zeros_like(cc)
     counts = torch.zeros((len(cc), 3), dtype=torch.int64, device=dev)
+    span = 4 * fmt.MAX_LANES + 2 * n_coded             # a candidate's states and (at most n_coded) words
+    rans_at = torch.cumsum(span, 0) - span
+    rans_out = torch.empty(max(1, int(span.sum())), dtype=torch.uint8, device=dev)
     if len(cc):
-        rows = _stack_rows(start, n_coded, k, cm, nzb_at, tab, ref, zero, zero)
-        kern.rans(len(cc), words, rows, freq, cum, nzb, counts, nz[4], False)
+        rows = _stack_rows(start, n_coded, k, cm, nzb_at, tab, ref, rans_at, zero)
+        kern.rans(len(cc), words, rows, freq, cum, nzb, counts, rans_out)
     n_words, n_sm, n_esc = counts.unbind(1)
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
     size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + _packed_nbytes(n_sm, M - shift[cc])
@@ -392,9 +396,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         cmode = cm[chosen]
         states_at = at + fmt.CHUNK_HEAD.size + bitmap[chosen]
         words_at = states_at + 4 * k[chosen]
-        rows = _stack_rows(start[chosen], n_coded[chosen], k[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
-                           states_at, words_at)
-        kern.rans(len(chosen), words, rows, freq, cum, nzb, counts[chosen].contiguous(), out, True)
+        kern.place(len(chosen), _stack_rows(rans_at[chosen], k[chosen], n_words[chosen], states_at), rans_out, out)
         plane_at = words_at + 2 * n_words[chosen]
         scratch = torch.empty(max(1, int(n_coded[chosen].sum())), dtype=torch.uint8, device=dev)
         scratch_at = torch.cumsum(n_coded[chosen], 0) - n_coded[chosen]

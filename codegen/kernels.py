@@ -1,6 +1,6 @@
 """Kernel sets: one object per (dialect, dtype) that launches the generated encoder and decoder kernels.
 
-:mod:`codegen.device` drives every set through the same six calls with the same tensors (row layouts
+:mod:`codegen.device` drives every set through the same seven calls with the same tensors (row layouts
 are described in the templates), so the dialects differ only here:
 
 * ``triton``: the generated Triton module, on a GPU or, with ``TRITON_INTERPRET=1``, on the CPU;
@@ -55,8 +55,11 @@ class TritonKernels:
     def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
         self.mod.enc_stats[(grid,)](words, numel, cs, stats, nz16, nz64, nb16, nb64, BLOCK=self.block)
 
-    def rans(self, grid, words, rows, freq, cum, nzb, counts, out, write):
-        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, out, WRITE=bool(write))
+    def rans(self, grid, words, rows, freq, cum, nzb, counts, scratch):
+        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, scratch)
+
+    def place(self, grid, rows, scratch, out):
+        self.mod.enc_place[(grid,)](rows, scratch, out, BLOCK=self.block)
 
     def planes(self, grid, words, rows, freq, nzb, out, scratch):
         self.mod.enc_planes[(grid,)](words, rows, freq, nzb, out, scratch, BLOCK=self.block)
@@ -74,7 +77,8 @@ class TritonKernels:
 # the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32
 _CUDA_KERNELS = {
     "enc_stats": (256, "pqqpppqq"),
-    "enc_rans": (32, "pppppppi"),
+    "enc_rans": (32, "ppppppp"),
+    "enc_place": (256, "ppp"),
     "enc_planes": (32, "pppppp"),
     "enc_copy": (256, "ppp"),
     "dec_copy": (256, "ppp"),
@@ -83,7 +87,7 @@ _CUDA_KERNELS = {
 
 
 class _CudaSet:
-    """The six calls on top of a ``_launch(name, grid, threads, args)`` of one of the CUDA kernels."""
+    """The seven calls on top of a ``_launch(name, grid, threads, args)`` of one of the CUDA kernels."""
 
     def __init__(self, lay):
         self.lay = lay
@@ -98,8 +102,11 @@ class _CudaSet:
     def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
         self._call("enc_stats", grid, words, numel, cs, stats, nz16, nz64, nb16, nb64)
 
-    def rans(self, grid, words, rows, freq, cum, nzb, counts, out, write):
-        self._call("enc_rans", grid, words, rows, freq, cum, nzb, counts, out, int(bool(write)))
+    def rans(self, grid, words, rows, freq, cum, nzb, counts, scratch):
+        self._call("enc_rans", grid, words, rows, freq, cum, nzb, counts, scratch)
+
+    def place(self, grid, rows, scratch, out):
+        self._call("enc_place", grid, rows, scratch, out)
 
     def planes(self, grid, words, rows, freq, nzb, out, scratch):
         self._call("enc_planes", grid, words, rows, freq, nzb, out, scratch)

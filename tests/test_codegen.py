@@ -37,7 +37,7 @@ def test_cuda_compiles_with_nvrtc(dtype, arch):
     assert len(cubin) > 1000
     ptx = gen.compile_cuda(dtype, arch, output="ptx").decode()
     assert f".target {arch}" in ptx
-    for kernel in ("decode", "dec_copy", "enc_stats", "enc_rans", "enc_planes", "enc_copy"):
+    for kernel in ("decode", "dec_copy", "enc_stats", "enc_rans", "enc_place", "enc_planes", "enc_copy"):
         assert f".entry zipccl_{kernel}_{dtype}(" in ptx
 
 
@@ -120,14 +120,14 @@ def test_triton_rans_lanes(k):
     states, words = ref.rans_encode(sym[None, :], freq[None, :].astype(np.int64), cum[None, :-1].astype(np.int64), k)
     t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64))  # noqa: E731
     wt = torch.from_numpy(w.view(np.int16).copy()).view(torch.uint16)
-    rows = t([[0, len(w), k, 0, 0, 0, r, 0, 4 * k]])
+    rows = t([[0, len(w), k, 0, 0, 0, r, 0, 0]])
     counts = torch.zeros((1, 3), dtype=torch.int64)
     mod = gen.load_triton("bfloat16")
-    args = (wt, rows, t(freq[None, :]), t(cum[None, :-1]), t([0]), counts)
-    mod.enc_rans[(1,)](*args, torch.zeros(1, dtype=torch.uint8), WRITE=False)
+    scratch = torch.zeros(4 * 32 + 2 * len(w), dtype=torch.uint8)
+    mod.enc_rans[(1,)](wt, rows, t(freq[None, :]), t(cum[None, :-1]), t([0]), counts, scratch)
     assert counts[0, 0] == len(words[0]) and counts[0, 1] == (sym != 0).sum() and counts[0, 2] == (sym == 1).sum()
     out = torch.zeros(4 * k + 2 * len(words[0]), dtype=torch.uint8)
-    mod.enc_rans[(1,)](*args, out, WRITE=True)
+    mod.enc_place[(1,)](t([[0, k, len(words[0]), 0]]), scratch, out, BLOCK=256)
     assert bytes(out.numpy()) == states[0].astype("<u4").tobytes() + words[0].astype("<u2").tobytes()
 
 
@@ -221,7 +221,7 @@ def test_generated_sources_lint():
             assert "#include" not in src                                   # NVRTC has no standard headers
             assert "malloc" not in src and "new " not in src
             kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\(\d+\)\s*(\w+)\(', src)
-            assert len(kernels) == 6
+            assert len(kernels) == 7
             helpers = re.findall(r"__device__ __forceinline__ \w+ (\w+)\(", src)
             for fn in kernels + helpers:
                 body = src.split(fn + "(", 1)[1]
