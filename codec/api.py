@@ -226,8 +226,11 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
            partition: list[int] | None = None, out=None):
     """Compress a float tensor losslessly.
 
-    x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch CPU tensor of dtype
-    bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.
+    x: NumPy array (``ml_dtypes`` for bfloat16/float8) or torch tensor of dtype
+    bfloat16, float16, float32, float8_e4m3fn or float8_e5m2, any shape and strides.  A tensor on a
+    CUDA device (torch, or an array with ``__cuda_array_interface__`` such as CuPy's) is encoded there
+    by the generated kernels (``backend`` "auto"/"triton" or "cuda"), and the stream is returned as a
+    1-D uint8 tensor on that device (a CuPy array for CuPy input); ``out`` must then be one there too.
     chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
     checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
     partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
@@ -339,7 +342,8 @@ def decode(buf, *, out=None, backend: str = "auto"):
     """Decompress a stream made by :func:`encode`; bit-exact.
 
     Returns an array of the original dtype and shape: a torch tensor if a torch tensor was
-    encoded and torch is importable, else a NumPy array.  ``out``: a C-contiguous array or CPU
+    encoded and torch is importable, else a NumPy array.  A stream in a 1-D uint8 CUDA tensor (or CuPy
+    array) is decoded on that device into a tensor there (``backend`` "auto"/"triton" or "cuda").  ``out``: a C-contiguous array or CPU
     tensor of the same dtype and number of elements, decoded into in place and returned (if the
     stream turns out to be bad, ``out`` may be partly overwritten before the error is raised).
     Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
