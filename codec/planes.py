@@ -33,8 +33,15 @@ def worth_splitting(x: np.ndarray, sample: int = 1 << 16) -> bool:
     return len(encode(head)) + low.size <= len(encode(part)) * 1.005 + 64
 
 
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
 def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(head, low)``: ``head`` has ``x``'s dtype and shape; ``low`` is uint8.  ``x`` is not modified."""
+    """``(head, low)``: ``head`` has ``x``'s dtype and shape; ``low`` is uint8.  ``x`` is not modified.
+    A torch tensor (on any device: a GPU's stays there) gives torch tensors, made with tensor ops."""
+    if _is_torch(x):
+        return _split_low_torch(x)
     lay = layout_for(x.dtype)
     words = np.ascontiguousarray(x).reshape(-1).view(lay.uint)
     width = lay.man_bits - 1
@@ -45,7 +52,9 @@ def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def join_low(head: np.ndarray, low) -> np.ndarray:
-    """Inverse of :func:`split_low` (returns a new array)."""
+    """Inverse of :func:`split_low` (returns a new array; a tensor for torch tensors, on their device)."""
+    if _is_torch(head):
+        return _join_low_torch(head, low)
     lay = layout_for(head.dtype)
     width = lay.man_bits - 1
     words = np.ascontiguousarray(head).reshape(-1).view(lay.uint).copy()
@@ -57,3 +66,51 @@ def join_low(head: np.ndarray, low) -> np.ndarray:
                           f"for {words.size} values of {width} bits")
     _numba.or_low_bits(low, width, words)
     return words.view(head.dtype).reshape(head.shape)
+
+
+_SIGNED = {1: "uint8", 2: "int16", 4: "int32"}
+
+
+def _split_low_torch(x):
+    import torch
+
+    lay = layout_for(x.dtype)
+    width = lay.man_bits - 1
+    signed = x.detach().contiguous().view(-1).view(getattr(torch, _SIGNED[lay.itemsize]))
+    w = signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
+    full, rem = divmod(width, 8)
+    parts = [((w >> (8 * b)) & 0xFF).to(torch.uint8) for b in range(full)]
+    if rem:                                  # bit j of value i is bit i * rem + j of the packed tail
+        bits = ((w[:, None] >> (8 * full + torch.arange(rem, device=w.device))) & 1).to(torch.uint8).reshape(-1)
+        bits = torch.cat([bits, bits.new_zeros(-len(bits) % 8)]).view(-1, 8).to(torch.int32)
+        parts.append((bits << torch.arange(8, device=w.device, dtype=torch.int32)).sum(dim=1).to(torch.uint8))
+    low = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8, device=w.device)
+    head = (w & ~((1 << width) - 1)).to(torch.int64)
+    head = torch.where(head >= 1 << (8 * lay.itemsize - 1), head - (1 << (8 * lay.itemsize)), head) if lay.itemsize > 1 else head
+    head = head.to(signed.dtype).view(x.dtype).reshape(x.shape)
+    return head, low
+
+
+def _join_low_torch(head, low):
+    import torch
+
+    from .format import FormatError
+
+    lay = layout_for(head.dtype)
+    width = lay.man_bits - 1
+    signed = head.detach().contiguous().view(-1).view(getattr(torch, _SIGNED[lay.itemsize]))
+    n = signed.numel()
+    if low.numel() != packed_nbytes(n, width):
+        raise FormatError(f"low-bit plane has {low.numel()} bytes, {packed_nbytes(n, width)} expected "
+                          f"for {n} values of {width} bits")
+    w = signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
+    full, rem = divmod(width, 8)
+    low = low.to(w.device).view(-1).to(torch.int64)
+    for b in range(full):
+        w = w | (low[b * n:(b + 1) * n] << (8 * b))
+    if rem:
+        bits = ((low[full * n:, None] >> torch.arange(8, device=w.device)) & 1).reshape(-1)[:n * rem].view(n, rem)
+        w = w | ((bits << torch.arange(rem, device=w.device)).sum(dim=1) << (8 * full))
+    if lay.itemsize > 1:
+        w = torch.where(w >= 1 << (8 * lay.itemsize - 1), w - (1 << (8 * lay.itemsize)), w)
+    return w.to(signed.dtype).view(head.dtype).reshape(head.shape)

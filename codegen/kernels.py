@@ -55,8 +55,9 @@ class TritonKernels:
     def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
         self.mod.enc_stats[(grid,)](words, numel, cs, stats, nz16, nz64, nb16, nb64, BLOCK=self.block)
 
+    # the rANS kernels' vectors are the 32 lanes of a chunk: one warp per program, none idle
     def rans(self, grid, words, rows, freq, cum, nzb, counts, scratch):
-        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, scratch)
+        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, scratch, num_warps=1)
 
     def place(self, grid, rows, scratch, out):
         self.mod.enc_place[(grid,)](rows, scratch, out, BLOCK=self.block)
@@ -71,7 +72,7 @@ class TritonKernels:
         self.mod.dec_copy[(grid,)](buf, rows, words, BLOCK=self.block)
 
     def decode(self, grid, buf, metas, tables, his, nzb, words, err):
-        self.mod.decode_coded_chunks[(grid,)](buf, metas, tables, his, nzb, words, err)
+        self.mod.decode_coded_chunks[(grid,)](buf, metas, tables, his, nzb, words, err, num_warps=1)
 
 
 # the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32

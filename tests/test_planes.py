@@ -76,3 +76,22 @@ def test_partition_picks_an_aligned_chunk_size_or_says_why():
         codec.encode(x, partition=[0, 9000, 8000, 3 * 4096])
     with pytest.raises(ValueError, match="chunk boundaries"):
         codec.shard_streams(codec.encode(x), [0, 100, 3 * 4096])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_low_of_torch_tensors_matches_numpy(dtype):
+    """The tensor-op split (what a GPU tensor gets, on its device) gives the NumPy/numba planes' bytes."""
+    torch = pytest.importorskip("torch")
+    from tests.helpers import bits
+
+    x = make_values("random_bits", dtype, 1003, 4)
+    head, low = split_low(x)
+    signed = x.view({1: np.uint8, 2: np.int16, 4: np.int32}[x.itemsize])
+    t = torch.from_numpy(signed.copy()).view(getattr(torch, dtype)).reshape(17, 59)
+    th, tl = split_low(t)
+    assert th.dtype == t.dtype and th.shape == t.shape
+    assert np.array_equal(bits(th).reshape(-1), bits(head)) and np.array_equal(tl.numpy(), low)
+    back = join_low(th, tl)
+    assert np.array_equal(bits(back), bits(t))
+    with pytest.raises(codec.FormatError):
+        join_low(th, tl[:-1])
