@@ -86,6 +86,14 @@ def wrappers(source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def sanitizing() -> bool:
+    """``ZIPCCL_EMULATE_ASAN=1``: compile with AddressSanitizer (the process must preload libasan), so
+    any out-of-bounds access of a kernel aborts with a report."""
+    import os
+
+    return os.environ.get("ZIPCCL_EMULATE_ASAN") == "1"
+
+
 @functools.cache
 def load(dtype: str, kinds: tuple = ()):
     """The emulation library of ``dtype``'s generated CUDA source (compiled once, then cached).
@@ -95,13 +103,15 @@ def load(dtype: str, kinds: tuple = ()):
         raise RuntimeError("no host C++ compiler (g++, c++ or clang++) to emulate the CUDA kernels")
     src = PRELUDE + generate("cuda", dtype, "sm_90").read_text()
     src += wrappers(src)
-    digest = hashlib.sha256((cxx + src).encode()).hexdigest()[:16]
+    flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"] if sanitizing() else []
+    digest = hashlib.sha256((cxx + " ".join(flags) + src).encode()).hexdigest()[:16]
     lib = cache_dir() / f"emulated_{dtype}_{digest}.so"
     if not lib.exists():
         cpp = lib.with_suffix(".cpp")
         cpp.write_text(src)
         tmp = lib.with_suffix(".so.tmp")
-        run = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", str(cpp), "-o", str(tmp)],
+        run = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", *flags, str(cpp), "-o",
+                              str(tmp)],
                              capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"emulating the CUDA kernels of {dtype}: {cxx} failed:\n{run.stderr[-4000:]}")
