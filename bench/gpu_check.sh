@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for a machine with a CUDA GPU: bash bench/gpu_check.sh RESULTS_DIR
-# Uses the machine's python3 (with torch, triton, cuda-core, numba, ml_dtypes, pytest: a CUDA image has
-# them); what it lacks comes from the wheels in bench/wheels (bench/fetch_wheels.sh downloads them on
+# Uses the machine's python3 (with torch, triton, cuda-core, ml_dtypes, pytest, numba: a CUDA image has
+# them; numba only for the CPU side of the comparisons); what it lacks comes from the wheels in bench/wheels (bench/fetch_wheels.sh downloads them on
 # a machine with pip access: crc32c, nvCOMP, DFloat11), installed offline into a scratch folder.
 # Runs the GPU tests, then bench/gpu_check.py; everything lands in RESULTS_DIR.  About 5-8 minutes.
 set -euo pipefail
@@ -15,10 +15,11 @@ if ls bench/wheels/*.whl >/dev/null 2>&1; then
     bench/wheels/*.whl
   export PYTHONPATH="$PYTHONPATH:/tmp/zipccl-site"
 fi
-if ! $py -c "import crc32c, numba, ml_dtypes, torch, triton, cuda.core" 2>"$out/imports.txt"; then
+if ! $py -c "import crc32c, ml_dtypes, torch, triton, cuda.core" 2>"$out/imports.txt"; then
   echo "missing packages (see $out/imports.txt); trying pip" >&2
-  $py -m pip install -q crc32c numba ml_dtypes cuda-python || { cat "$out/imports.txt"; exit 2; }
+  $py -m pip install -q crc32c ml_dtypes cuda-python || { cat "$out/imports.txt"; exit 2; }
 fi
+$py -c "import numba; print('numba', numba.__version__)" >>"$out/imports.txt" 2>&1 || true
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 set +e
 timeout 240 $py -m pytest -q -x -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
