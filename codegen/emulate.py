@@ -101,8 +101,10 @@ def load(dtype: str, kinds: tuple = ()):
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         raise RuntimeError("no host C++ compiler (g++, c++ or clang++) to emulate the CUDA kernels")
-    src = PRELUDE + generate("cuda", dtype, "sm_90").read_text()
+    path = generate("cuda", dtype, "sm_90")
+    src = PRELUDE + path.read_text()
     src += wrappers(src)
+    src = src.replace('#include "zipccl_codec.cuh"', (path.parent / "zipccl_codec.cuh").read_text())
     flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"] if sanitizing() else []
     digest = hashlib.sha256((cxx + " ".join(flags) + src).encode()).hexdigest()[:16]
     lib = cache_dir() / f"emulated_{dtype}_{digest}.so"

@@ -24,6 +24,8 @@ from codec import format as fmt
 from codec.layouts import LAYOUTS, layout_for
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+#: the hand-written code the generated files of each dialect build on (copied beside them in the cache)
+HELPERS = {"triton": [], "cuda": [Path(__file__).resolve().parent / "cuda" / "zipccl_codec.cuh"]}
 DIALECTS = ("triton", "cuda")
 ARCHS = ("sm_80", "sm_90", "sm_100")
 DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32": "float32", "fp32": "float32",
@@ -63,7 +65,7 @@ def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]
         raise ValueError(f"CUDA needs an arch, one of {ARCHS}")
     template = (TEMPLATES / f"{dialect}_{_KIND[dialect]}{_EXT[dialect]}.tmpl").read_text()
     consts = constants(dtype)
-    ident = "|".join([codec.__version__, str(consts), arch or "", template])
+    ident = "|".join([codec.__version__, str(consts), arch or "", template] + [h.read_text() for h in HELPERS[dialect]])
     digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
     name = f"{dialect}_{_KIND[dialect]}_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
     source = template.format(key=name, arch=arch or "any arch", **consts)
@@ -82,10 +84,11 @@ def generate(dialect: str, dtype: str, arch: str | None = None, out_dir: Path | 
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(source)
-            tmp.replace(path)
+        for target, text in [(path, source)] + [(out_dir / h.name, h.read_text()) for h in HELPERS[dialect]]:
+            if not target.exists() or target.read_text() != text:
+                tmp = target.with_suffix(target.suffix + ".tmp")
+                tmp.write_text(text)
+                tmp.replace(target)
     return path
 
 
@@ -107,7 +110,7 @@ def load_triton(dtype: str):
 
 
 def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
-    """Compile the generated CUDA decoder with NVRTC (no GPU needed); returns PTX or a cubin."""
+    """Compile the generated CUDA kernels with NVRTC (no GPU needed); returns PTX or a cubin."""
     from cuda.bindings import nvrtc
 
     path = generate("cuda", dtype, arch)
@@ -119,7 +122,9 @@ def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
             raise RuntimeError(f"{what}: {err}")
         return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
-    prog = check(nvrtc.nvrtcCreateProgram(src, path.name.encode(), 0, [], []), "nvrtcCreateProgram")
+    headers = [path.parent / h.name for h in HELPERS["cuda"]]
+    prog = check(nvrtc.nvrtcCreateProgram(src, path.name.encode(), len(headers), [h.read_bytes() for h in headers],
+                                          [h.name.encode() for h in headers]), "nvrtcCreateProgram")
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"-default-device"]
     if output == "ptx":
         opts[0] = f"--gpu-architecture=compute_{arch[3:]}".encode()

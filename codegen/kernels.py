@@ -140,9 +140,10 @@ class CudaKernels(_CudaSet):
             raise RuntimeError(f"no CUDA kernels are generated for {arch} (targets: {', '.join(ARCHS)})")
         self.device = Device(torch.cuda.current_device())
         self.device.set_current()
-        src = generate("cuda", lay.name, arch).read_text()
+        path = generate("cuda", lay.name, arch)
         names = [f"zipccl_{k}_{lay.name}" for k in _CUDA_KERNELS]
-        module = Program(src, code_type="c++", options=ProgramOptions(arch=arch, std="c++17")).compile("cubin")
+        options = ProgramOptions(arch=arch, std="c++17", include_path=str(path.parent))
+        module = Program(path.read_text(), code_type="c++", options=options).compile("cubin")
         self.kernels = {n: module.get_kernel(n) for n in names}
 
     def _launch(self, name, grid, threads, kinds, args):
