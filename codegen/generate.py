@@ -24,8 +24,10 @@ from codec import format as fmt
 from codec.layouts import LAYOUTS, layout_for
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-#: the hand-written code the generated files of each dialect build on (copied beside them in the cache)
-HELPERS = {"triton": [], "cuda": [Path(__file__).resolve().parent / "cuda" / "zipccl_codec.cuh"]}
+#: the hand-written code the generated files of each dialect build on (in the cache key; the CUDA header
+#: is copied beside the generated files, Triton's module is imported from the package)
+HELPERS = {"triton": [Path(__file__).resolve().parent / "triton_lib.py"],
+           "cuda": [Path(__file__).resolve().parent / "cuda" / "zipccl_codec.cuh"]}
 DIALECTS = ("triton", "cuda")
 ARCHS = ("sm_80", "sm_90", "sm_100")
 DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32": "float32", "fp32": "float32",
@@ -84,7 +86,8 @@ def generate(dialect: str, dtype: str, arch: str | None = None, out_dir: Path | 
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for target, text in [(path, source)] + [(out_dir / h.name, h.read_text()) for h in HELPERS[dialect]]:
+        headers = [(out_dir / h.name, h.read_text()) for h in HELPERS[dialect] if h.suffix == ".cuh"]
+        for target, text in [(path, source)] + headers:
             if not target.exists() or target.read_text() != text:
                 tmp = target.with_suffix(target.suffix + ".tmp")
                 tmp.write_text(text)
@@ -144,3 +147,44 @@ def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
         check(nvrtc.nvrtcGetCUBIN(prog, data), "cubin")
     nvrtc.nvrtcDestroyProgram(prog)
     return data
+
+
+def triton_signatures(dtype: str) -> dict:
+    """Argument types of every generated Triton kernel for ``dtype`` (and the constexpr values a
+    GPU launch uses), for compiling them ahead of time (:func:`compile_triton`)."""
+    w = "*u" + str(8 * layout_for(DTYPE_ALIASES.get(dtype, dtype)).itemsize)
+    p8, p64, q = "*u8", "*i64", "i64"
+    return {
+        "decode_coded_chunks": ({"buf": p8, "meta": p64, "tables": p64, "hi": p64, "nzb": p64, "out": w,
+                                 "err": "*i32"}, {}),
+        "enc_stats": ({"words": w, "n_total": q, "cs": q, "stats": p64, "nz16": p8, "nz64": p8, "nb16": q,
+                       "nb64": q, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "enc_rans": ({"words": w, "rows": p64, "freq": p64, "cum": p64, "nzb": p64, "counts": p64,
+                      "scratch": p8}, {}),
+        "enc_place": ({"rows": p64, "scratch": p8, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "enc_planes": ({"words": w, "rows": p64, "freq": p64, "nzb": p64, "out": p8, "scratch": p8,
+                        "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "enc_copy": ({"words": w, "rows": p64, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "dec_copy": ({"buf": p8, "rows": p64, "out": w, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+    }
+
+
+def compile_triton(dtype: str, arch: str, kernels=None) -> dict:
+    """Compile the generated Triton kernels of ``dtype`` for ``arch`` with Triton's own compiler, no GPU
+    needed (the interpreter runs them, this proves the GPU compiler takes them); ``{kernel: cubin bytes}``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}")
+    mod = load_triton(DTYPE_ALIASES.get(dtype, dtype))
+    out = {}
+    for name, (signature, constexprs) in triton_signatures(dtype).items():
+        if kernels is not None and name not in kernels:
+            continue
+        src = ASTSource(fn=getattr(mod, name), signature=signature, constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", int(arch[3:]), 32),
+                                  options={"num_warps": 1} if name in ("enc_rans", "decode_coded_chunks") else {})
+        out[name] = len(compiled.asm["cubin"])
+    return out
