@@ -3,7 +3,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .generate import ARCHS, DIALECTS, DTYPE_ALIASES, all_targets, cache_dir, compile_cuda, generate
+from .generate import ARCHS, DIALECTS, DTYPE_ALIASES, all_targets, cache_dir, compile_cuda, compile_triton, generate
 
 
 def main(argv=None) -> int:
@@ -14,7 +14,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help=f"output folder (default: the cache, {cache_dir()})")
     ap.add_argument("--all", action="store_true", help="every dialect x dtype x arch")
     ap.add_argument("--list", action="store_true", help="list the targets and whether they are generated")
-    ap.add_argument("--compile", action="store_true", help="also compile CUDA targets with NVRTC (checks them)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also compile the kernels (CUDA with NVRTC, Triton with its GPU compiler): checks them, no GPU needed")
     a = ap.parse_args(argv)
     if a.list:
         folder = a.out or cache_dir()
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
         extra = ""
         if a.compile and dialect == "cuda":
             extra = f" (NVRTC: {len(compile_cuda(dtype, arch, output='cubin'))} byte cubin)"
+        elif a.compile:                      # Triton's GPU compiler, for the given arch (default sm_90)
+            sizes = compile_triton(dtype, a.arch or "sm_90")
+            extra = f" (Triton, {a.arch or 'sm_90'}: {len(sizes)} kernels, {sum(sizes.values())} cubin bytes)"
         print(f"{path}{extra}")
     return 0
 

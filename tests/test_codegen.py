@@ -63,7 +63,7 @@ def test_triton_kernels_compile_for_the_gpu(tmp_path):
         assert set(got) == set(gen.triton_signatures(dtype)) and min(got.values()) > 1000, (dtype, arch)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])   # every dtype's decoder also runs in the encoder test
 def test_triton_decoder_bit_exact(dtype):
     pytest.importorskip("triton")
     x = make_values("gaussian", dtype, 640, 1, -1.0)
