@@ -28,7 +28,12 @@ def default_device() -> str:
     """Where the device backends put host data: the GPU, or the CPU under the Triton interpreter."""
     import torch
 
-    return "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
+    if interpreting():
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise RuntimeError("the GPU backends need a CUDA GPU and none is available (backend='numba' runs on "
+                           "the CPU; TRITON_INTERPRET=1 runs the Triton kernels on the CPU, slowly, for tests)")
+    return "cuda"
 
 
 @functools.cache
@@ -134,6 +139,9 @@ class CudaKernels(_CudaSet):
 
         from .generate import ARCHS, generate
 
+        if not torch.cuda.is_available():
+            raise RuntimeError("backend 'cuda' needs a CUDA GPU and none is available (backend='numba' runs on the "
+                               "CPU; codegen.kernels.kernel_set('cuda-emulated', dtype) runs these kernels on it, slowly)")
         major, minor = torch.cuda.get_device_capability()
         arch = f"sm_{major}{minor}"
         if arch not in ARCHS:

@@ -118,6 +118,19 @@ def test_triton_encoder_into_buffer_and_checksums():
     assert codec.encode(np.zeros(0, x.dtype), backend="triton") == codec.encode(np.zeros(0, x.dtype))
 
 
+def test_cuda_backend_without_a_gpu_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    from codegen.kernels import kernel_set
+
+    kernel_set.cache_clear()
+    x = make_values("gaussian", "bfloat16", 100, 1)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        codec.encode(x, backend="cuda")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        codec.decode(codec.encode(x), backend="cuda")
+
+
 @pytest.mark.parametrize("k", [8, 32])
 def test_triton_rans_lanes(k):
     """The rANS walk on 8 and 32 lanes (chunks of 8K-32K values; too slow for the interpreter whole):
