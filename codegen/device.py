@@ -108,17 +108,32 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
 
 
 def _chunk_prefixes(h, buf, ids):
-    """``(bytes, offsets)``: the first bytes of each coded chunk's payload (its header and bitmap),
-    gathered in one go (on the device for a device stream) and copied to the host."""
+    """``(bytes, offsets)``: the first bytes of each coded chunk's payload (its header, and its bitmap
+    where its mode says there is one), copied to the host in two gathers (on the device for a device
+    stream): every chunk's 20-byte header, then the bitmaps of the zero-block chunks only."""
     import torch
 
     starts = h.payload_start + np.where(ids > 0, h.ends[np.maximum(ids - 1, 0)], 0)
     lens = fmt.chunk_head_extent(h, ids)
     at = np.cumsum(lens) - lens
-    idx = np.repeat(starts - at, lens) + np.arange(int(lens.sum()))
-    if isinstance(buf, np.ndarray):
-        return buf[idx], at
-    return buf[torch.as_tensor(idx, device=buf.device)].cpu().numpy(), at
+    out = np.zeros(int(lens.sum()), dtype=np.uint8)
+
+    def gather(first, count, dest):          # stream bytes [first, first + count) of each chunk to out[dest...]
+        run = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        idx = np.repeat(first, count) + run
+        got = buf[idx] if isinstance(buf, np.ndarray) else buf[torch.as_tensor(idx, device=buf.device)].cpu().numpy()
+        out[np.repeat(dest, count) + run] = got
+
+    head = np.minimum(lens, fmt.CHUNK_HEAD.size)
+    gather(starts, head, at)
+    whole = np.flatnonzero(head == fmt.CHUNK_HEAD.size)
+    mode = np.zeros(len(ids), dtype=np.uint8)
+    mode[whole] = out[at[whole] + 5]          # the mode byte of the chunk header
+    bitmapped = np.flatnonzero((mode != 0) & (lens > fmt.CHUNK_HEAD.size))
+    if len(bitmapped):
+        gather(starts[bitmapped] + fmt.CHUNK_HEAD.size, lens[bitmapped] - fmt.CHUNK_HEAD.size,
+               at[bitmapped] + fmt.CHUNK_HEAD.size)
+    return out, at
 
 
 def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None, launch=True):

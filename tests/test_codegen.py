@@ -222,6 +222,13 @@ def test_header_from_a_prefix():
                          fmt.parse_chunk_head(h, blob, i))
         with pytest.raises(fmt.FormatError, match="does not match"):
             fmt.parse_header(pre, len(blob) + 1)
+        # the device decoders' two-step gather: every chunk's header, the bitmaps of zero-block chunks
+        from codegen import device as dv
+
+        got, at = dv._chunk_prefixes(h, torch.frombuffer(bytearray(blob), dtype=torch.uint8), coded)
+        for i, a, e in zip(coded, at, fmt.chunk_head_extent(h, coded)):
+            start, used = h.chunk_span(int(i))[0], e if fmt.parse_chunk_head(h, blob, int(i)).mode else 20
+            assert got[a:a + used].tobytes() == blob[start:start + used]
 
 
 def test_triton_decoder_rejects_corruption():
