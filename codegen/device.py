@@ -156,10 +156,22 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
                       h.payload_start + np.where(rest > 0, h.ends[np.maximum(rest - 1, 0)], 0),
                       kinds[kinds != fmt.KIND_CODED].astype(np.int64)], axis=1)
     ids = ids[kinds == fmt.KIND_CODED]
+    dev = buf_t.device
+    t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
+    kern = kernels or kernel_set("triton", lay.name)
+    parsed = _device_heads(h, buf_t, ids, lo[kinds == fmt.KIND_CODED]) if host is None and len(ids) else None
+    if parsed is not None:                     # the stream stays on the device: so does the parse
+        metas, tables, his, nzb = parsed
+        plan = DecodePlan(kern, buf_t, words, nzb is not None, t(plain) if len(plain) else None, metas, tables,
+                          his, nzb if nzb is not None else t([0]), ids.tolist())
+        if launch:
+            plan.run()
+            plan.check()
+        return plan
     metas = tables = his = None
     nzb = []
-    if len(ids):
-        prefixes, at = _chunk_prefixes(h, host if host is not None else buf_t, ids)
+    if len(ids):                               # on the host (and where the device parse found a bad chunk:
+        prefixes, at = _chunk_prefixes(h, host if host is not None else buf_t, ids)   # the message comes from here)
         hd = fmt.parse_chunk_heads(h, ids, prefixes, at)
         keys, tab = np.unique(hd["codebook"] * 65536 + (hd["ref"] + 32768), return_inverse=True)
         built = [_tables(int(key) // 65536, int(key) % 65536 - 32768, lay) for key in keys]
@@ -175,9 +187,7 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
                           hd["n_coded"], hd["shift"], tab.reshape(-1), lo[kinds == fmt.KIND_CODED], hd["mode"],
                           nzb_at, hd["lanes"]], axis=1)
     ids = ids.tolist()
-    dev = buf_t.device
-    t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
-    plan = DecodePlan(kernels or kernel_set("triton", lay.name), buf_t, words, bool(nzb),
+    plan = DecodePlan(kern, buf_t, words, bool(nzb),
                       t(plain) if len(plain) else None, t(metas) if metas is not None else None,
                       t(tables) if tables is not None else None, t(his) if his is not None else None,
                       t(nzb if nzb else [0]), ids)
@@ -185,6 +195,95 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
         plan.run()
         plan.check()
     return plan
+
+
+def _device_heads(h, buf_t, ids, out_at):
+    """:func:`codec.format.parse_chunk_heads` as tensor ops on the stream's device, and the decode tables
+    built there: ``(metas, tables, his, nzb or None)``, or None if any chunk head is bad (the caller
+    then parses on the host, which names the chunk and the fault).  Only the header and chunk table
+    were copied to the host; nothing comes back but the verdict."""
+    import torch
+
+    dev = buf_t.device
+    lay = h.layout
+    t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=dev)  # noqa: E731
+    ids_h = ids
+    ends = t(h.ends)
+    ids = t(ids_h)
+    start = h.payload_start + torch.where(ids > 0, ends[(ids - 1).clamp(min=0)], 0)
+    end = h.payload_start + ends[ids]
+    size = end - start
+    n = (h.numel - ids * h.chunk_size).clamp(max=h.chunk_size)
+    hsize = fmt.CHUNK_HEAD.size
+    short = size < hsize
+    at = torch.where(short[:, None], 0, start[:, None] + torch.arange(hsize, device=dev))
+    b = buf_t[at].to(torch.int64)
+
+    def le(i, width):
+        return sum(b[:, i + j] << (8 * j) for j in range(width))
+
+    cb, ref, shift, mode, reserved = le(0, 2), le(2, 2), b[:, 4], b[:, 5], le(6, 2)
+    ref = torch.where(ref >= 1 << 15, ref - (1 << 16), ref)
+    n_sm, n_esc, n_words = le(8, 4), le(12, 4), le(16, 4)
+    bad = short | (reserved != 0) | ((mode != 0) & (mode != 4) & (mode != 6)) | (shift > lay.man_bits - 1)
+    bad |= cb >= cbk.N_CODEBOOKS
+    pos = start + hsize
+    n_coded = n.clone()
+    nzb_parts, nzb_at, base = [], torch.zeros_like(ids), 0
+    for m in fmt.ZERO_BLOCK_MODES:
+        sel = torch.nonzero((mode == m) & ~bad).flatten()
+        if not len(sel):
+            continue
+        nb = -(-n[sel] // (1 << m))
+        nbytes = (nb + 7) // 8
+        fits = size[sel] - hsize >= nbytes
+        width = int(-(-h.chunk_size // (1 << m)) + 7) // 8
+        cols = torch.arange(width, device=dev)
+        idx = torch.where(fits[:, None] & (cols < nbytes[:, None]), pos[sel][:, None] + cols, 0)
+        bits = ((buf_t[idx].to(torch.int64)[:, :, None] >> torch.arange(8, device=dev)) & 1).reshape(len(sel), -1)
+        blk = torch.arange(bits.shape[1], device=dev)[None, :]
+        zero = (bits == 1) & (blk < nb[:, None])
+        last = n[sel] - (nb - 1) * (1 << m)                      # the last block may be short
+        blen = torch.where(blk == (nb - 1)[:, None], last[:, None], 1 << m)
+        n_coded[sel] = n[sel] - (zero * blen).sum(dim=1)
+        pos[sel] += nbytes
+        bad[sel] |= ~fits | (n_coded[sel] == 0)
+        keep = ~zero & (blk < nb[:, None])
+        counts = keep.sum(dim=1)
+        nzb_at[sel] = base + torch.cumsum(counts, 0) - counts
+        nzb_parts.append(torch.nonzero(keep)[:, 1])
+        base += int(counts.sum())
+    bad |= (n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded)
+    k = _lanes(n_coded)
+    w = lay.man_bits - shift
+    tail = 4 * k + 2 * n_words + _packed_nbytes(n_sm, w) + 2 * n_esc
+    bad |= pos + tail != end
+    if bool(bad.any()):
+        return None
+    keys, tab = torch.unique(cb * 65536 + (ref + 32768), return_inverse=True)
+    tables, his = decode_tables(keys // 65536, keys % 65536 - 32768, lay)
+    words_at = pos + 4 * k
+    plane_at = words_at + 2 * n_words
+    esc_at = plane_at + _packed_nbytes(n_sm, w)
+    metas = _stack_rows(pos, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab.reshape(-1),
+                        t(out_at), mode, nzb_at, k)
+    return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
+
+
+def decode_tables(cb, ref, lay):
+    """The decoders' tables for each ``(codebook, ref)`` row, as tensor ops (the device's copy of
+    ``_tables``): slot -> ``sym | (slot - cum) << 8 | freq << 20`` and symbol -> exponent/leading bit."""
+    import torch
+
+    freq, cum = clipped_tables(cb, ref, lay)
+    slot = torch.arange(cbk.TOTAL, device=cb.device).expand(len(cb), -1).contiguous()
+    sym = torch.searchsorted(torch.cumsum(freq, dim=1), slot, right=True)
+    entries = sym | ((slot - cum.gather(1, sym)) << 8) | (freq.gather(1, sym) << 20)
+    s = torch.arange(cbk.N_SYMBOLS, device=cb.device)[None, :]
+    e = (s - cbk.SYM_WINDOW0) // 2 + ref[:, None] - cbk.WINDOW_LOW
+    hi = (e << lay.man_bits) | (((s - cbk.SYM_WINDOW0) & 1) << (lay.man_bits - 1))
+    hi = torch.where((s >= cbk.SYM_WINDOW0) & (e >= 0) & (e < (1 << lay.exp_bits)), hi, -1)
+    return entries, hi
 
 
 @dataclass

@@ -138,7 +138,6 @@ def test_triton_rans_lanes(k):
     pytest.importorskip("triton")
     from codec.codebook import chunk_tables, load_family, select_codebook
     from codec.layouts import log2_magnitude, split
-    from codegen import device as tb
     from reference import codec as ref
 
     lay = layout_for("bfloat16")
@@ -426,3 +425,39 @@ def test_cuda_kernels_have_no_stray_accesses_under_asan():
     run = subprocess.run([sys.executable, "-c", _ASAN_SCRIPT], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert run.returncode == 0 and "asan-clean" in run.stdout, run.stderr[-3000:]
+
+
+@given(pos=st.integers(0, 10_000), value=st.one_of(st.integers(0, 255), st.sampled_from([0, 1, 4, 6, 8, 9, 10, 255])),
+       count=st.integers(0, 3), offset=st.one_of(st.none(), st.integers(0, 27)))
+def test_device_head_parse_agrees_with_the_host(pos, value, count, offset):
+    """The device decoders' chunk-head parse (tensor ops, tables built there) accepts exactly the streams
+    format.parse_chunk_heads accepts, and gives the plan the host would build (metas, tables, block lists)."""
+    from codegen import device as dv
+
+    x = make_values("gaussian", "float16", 9000, 4, -1.0)
+    x[::5] = 0
+    x[2000:3100] = 0
+    x[3960:4000] = 0                           # chunk 3 ends in zero blocks, the last one short (1000 % 16 = 8)
+    x[6000:6010] = make_values("random_bits", "float16", 10, 2)
+    blob = bytearray(codec.encode(x, chunk_size=1000))
+    h = fmt.parse_header(blob)
+    ids = np.flatnonzero(h.kinds == fmt.KIND_CODED)
+    assert fmt.parse_chunk_head(h, blob, 3).mode and fmt.parse_chunk_head(h, blob, 3).zero_blocks[-1]
+    i = int(ids[pos % len(ids)])
+    extent = fmt.chunk_head_extent(h, i)
+    for j in range(count):
+        blob[h.chunk_span(i)[0] + ((offset if offset is not None else pos // len(ids)) + 7 * j) % extent] = (value + j) & 0xFF
+    buf = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    words = torch.empty(h.numel, dtype=torch.uint16)
+    kern = object()                               # nothing is launched
+    got = dv._device_heads(h, buf, ids, ids * h.chunk_size)
+    try:
+        want = dv.decode_into(h, buf, range(h.n_chunks), words, host=np.frombuffer(bytes(blob), np.uint8),
+                              kernels=kern, launch=False)
+    except fmt.FormatError:
+        assert got is None
+        return
+    assert got is not None
+    metas, tables, his, nzb = got
+    assert torch.equal(metas, want.metas) and torch.equal(tables, want.tables) and torch.equal(his, want.his)
+    assert torch.equal(nzb, want.nzb) if nzb is not None else not want.zero_first
