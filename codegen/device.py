@@ -9,12 +9,14 @@ payload (plain and zero-block) into scratch, which sizes it, then the chosen pay
 their final offsets (``enc_place``, ``enc_planes``, ``enc_copy``).  Only the chunk kinds and sizes
 come back to the host, which packs the header (and, with checksums, computes the CRC32C there).
 
-Decoding (:func:`decode_stream`, :func:`decode_into`): the host reads the header, the chunk table and
-the coded chunks' own headers (gathered on the device: a few bytes per chunk), validates them all at
-once (:func:`codec.format.parse_chunk_heads`) and builds the clipped decode tables; one program decodes
-each CODED chunk and one copies each RAW/CONST chunk.  The kernel checks the rANS invariants (words
-used, final states, counts) per chunk; a failure raises :class:`codec.FormatError` like every other
-backend.
+Decoding (:func:`decode_stream`, :func:`decode_into`): the host reads the header and the chunk table
+(:func:`codec.format.parse_header` on a copy of the stream's first bytes); the coded chunks' own
+headers are parsed and checked on the device (:func:`_device_heads`, the checks of
+:func:`codec.format.parse_chunk_heads`) and the clipped decode tables built there
+(:func:`decode_tables`); if a head is bad, the host parses them instead, to name the chunk and the
+fault.  One program decodes each CODED chunk and one copies each RAW/CONST chunk.  The kernel checks
+the rANS invariants (words used, final states, counts) per chunk; a failure raises
+:class:`codec.FormatError` like every other backend.
 """
 from __future__ import annotations
 
@@ -138,9 +140,9 @@ def _chunk_prefixes(h, buf, ids):
 
 def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernels=None, launch=True):
     """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
-    (same device).  The host validates every chunk header (:func:`codec.format.parse_chunk_heads`, all
-    at once), builds the clipped decode tables, and launches one program per CODED chunk and one per
-    RAW/CONST chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk,
+    (same device).  The chunk heads are validated and the clipped decode tables built on the device
+    (on the host, :func:`codec.format.parse_chunk_heads`, when ``host`` is given or a head is bad); one
+    program runs per CODED chunk and one per RAW/CONST chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk,
     and a failure raises :class:`codec.FormatError` like every other backend.  ``host``: the stream's
     bytes on the host, when it is there too.  Returns the :class:`DecodePlan`; with ``launch=False`` it
     is only prepared (nothing runs)."""
