@@ -182,6 +182,71 @@ def throughput(report):
     print(json.dumps(rows, indent=1), flush=True)
 
 
+class _Timed:
+    """A kernel set that times each call between CUDA events (for the per-kernel breakdown)."""
+
+    def __init__(self, inner):
+        self.inner, self.events = inner, []
+
+    def __getattr__(self, name):
+        import torch
+
+        fn = getattr(self.inner, name)
+
+        def timed(*args):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(*args)
+            b.record()
+            self.events.append((name, a, b))
+        return timed
+
+    def report(self):
+        _sync()
+        out = {}
+        for name, a, b in self.events:
+            out[name] = out.get(name, 0.0) + a.elapsed_time(b)
+        self.events = []
+        return {k: round(v, 4) for k, v in out.items()}
+
+
+def breakdown(report):
+    """Where one encode and one decode of 256 MiB bf16 spend their time: each kernel's device time, and
+    the rest of the end-to-end time (tensor ops, syncs, host work, launches)."""
+    import torch
+
+    import codec
+    from codegen import device as dv
+
+    x = (torch.randn(128 << 20, device="cuda") * 0.02).to(torch.bfloat16)
+    lay = codec.layouts.layout_for("bfloat16")
+    words = x.view(torch.uint16)
+    rows = []
+    for dialect in ("triton", "cuda"):
+        try:
+            kern = _Timed(dv.kernel_set(dialect, "bfloat16"))
+            dv.encode_stream(words, lay, x.shape, 1 << 16, 0, kernels=kern)          # warm-up
+            kern.report()
+            _sync()
+            t = time.perf_counter()
+            s = dv.encode_stream(words, lay, x.shape, 1 << 16, 0, kernels=kern)
+            _sync()
+            enc = (time.perf_counter() - t) * 1e3
+            enc_k = kern.report()
+            t = time.perf_counter()
+            dv.decode_stream(s, kernels=kern)
+            _sync()
+            dec = (time.perf_counter() - t) * 1e3
+            dec_k = kern.report()
+            rows.append({"dialect": dialect, "encode_ms": round(enc, 3), "encode_kernels_ms": enc_k,
+                         "encode_other_ms": round(enc - sum(enc_k.values()), 3), "decode_ms": round(dec, 3),
+                         "decode_kernels_ms": dec_k, "decode_other_ms": round(dec - sum(dec_k.values()), 3)})
+        except Exception as e:                            # noqa: BLE001
+            rows.append({"dialect": dialect, "error": f"{type(e).__name__}: {e}"[:500]})
+    report["breakdown"] = rows
+    print(json.dumps(rows, indent=1), flush=True)
+
+
 def _nvcomp(x, nbytes):
     try:
         from nvidia import nvcomp
@@ -252,6 +317,8 @@ def _markdown(report) -> str:
     for r in report.get("throughput", []):
         lines.append(f"| {r['what']} | {r.get('GBps', r.get('error', ''))} | {r.get('vs_copy', '')} | "
                      f"{round(r['ratio'], 4) if r.get('ratio') else ''} | {r.get('bit_exact', '')} |")
+    lines += ["", "## Where the time goes (256 MiB bf16, ms: each kernel's device time, and the rest)", ""]
+    lines += [f"- {json.dumps(r)}" for r in report.get("breakdown", [])]
     bad = [r for r in report["exact"] if r.get("error") or r.get("roundtrip_bit_exact") is False
            or r.get("same_bytes_as_cpu_encoder") is False or r.get("same_bytes") is False]
     lines += ["", "## Exactness", "", f"{len(report['exact'])} checks, {len(bad)} failed"]
@@ -275,6 +342,7 @@ def main(argv=None) -> int:
               "exact": [], "throughput": [], "skipped": []}
     try:
         throughput(report)
+        breakdown(report)
     finally:
         (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
     try:
