@@ -146,7 +146,9 @@ def _on_device(x):
         return None
     import torch
 
-    return torch.from_dlpack(x)
+    if hasattr(x, "__dlpack__"):
+        return torch.from_dlpack(x)
+    return torch.as_tensor(x, device="cuda")       # __cuda_array_interface__ alone (Numba's device arrays)
 
 
 def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
@@ -188,10 +190,12 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
 
 
 def _like(x, t):
-    """``t`` (a torch CUDA tensor) as the array family of ``x`` (CuPy and the like, through DLPack)."""
+    """``t`` (a torch CUDA tensor) as the array family of ``x`` (CuPy and the like, through DLPack);
+    the torch tensor itself where that family cannot take one."""
     import importlib
 
-    return importlib.import_module(type(x).__module__.split(".")[0]).from_dlpack(t)
+    family = importlib.import_module(type(x).__module__.split(".")[0])
+    return family.from_dlpack(t) if hasattr(family, "from_dlpack") else t
 
 
 def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False,
