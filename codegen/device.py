@@ -304,15 +304,27 @@ class DecodePlan:
     ids: list
     err: object = None
 
-    def run(self):
+    def run(self, split: bool | None = None):
+        """Launch the kernels.  ``split``: the two-pass decoder (the rANS walks alone, then the values in
+        whole vectors), the default where the kernel set has it (Triton); False: the one-pass decoder."""
         import torch
 
+        if split is None:
+            split = hasattr(self.kernels, "decode_split")
         if self.zero_first:                    # zero blocks are not written by the kernel
             self.words.zero_()
         if self.plain is not None:
             self.kernels.dec_copy(len(self.plain), self.buf, self.plain, self.words)
-        if self.metas is not None:
-            self.err = torch.zeros(len(self.metas), dtype=torch.int32, device=self.buf.device)
+        if self.metas is None:
+            return
+        self.err = torch.zeros(len(self.metas), dtype=torch.int32, device=self.buf.device)
+        if split:
+            n_coded = self.metas[:, 7]
+            sym_at = torch.cumsum(n_coded, 0) - n_coded
+            sym = torch.empty(max(1, int(n_coded.sum())), dtype=torch.uint8, device=self.buf.device)
+            self.kernels.decode_split(len(self.metas), self.buf, self.metas, self.tables, self.his, self.nzb, sym,
+                                      sym_at, self.words, self.err)
+        else:
             self.kernels.decode(len(self.metas), self.buf, self.metas, self.tables, self.his, self.nzb, self.words,
                                 self.err)
 

@@ -149,6 +149,9 @@ def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
     return data
 
 
+_ONE_WARP = ("enc_rans", "decode_coded_chunks", "dec_symbols")     # 32-lane vectors: one warp per program
+
+
 def triton_signatures(dtype: str) -> dict:
     """Argument types of every generated Triton kernel for ``dtype`` (and the constexpr values a
     GPU launch uses), for compiling them ahead of time (:func:`compile_triton`)."""
@@ -166,6 +169,9 @@ def triton_signatures(dtype: str) -> dict:
                         "BLOCK": "constexpr"}, {"BLOCK": 1024}),
         "enc_copy": ({"words": w, "rows": p64, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
         "dec_copy": ({"buf": p8, "rows": p64, "out": w, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "dec_symbols": ({"buf": p8, "meta": p64, "tables": p64, "sym": p8, "sym_at": p64, "err": "*i32"}, {}),
+        "dec_values": ({"buf": p8, "meta": p64, "hi": p64, "nzb": p64, "sym": p8, "sym_at": p64, "out": w,
+                        "err": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024}),
     }
 
 
@@ -185,6 +191,6 @@ def compile_triton(dtype: str, arch: str, kernels=None) -> dict:
             continue
         src = ASTSource(fn=getattr(mod, name), signature=signature, constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", int(arch[3:]), 32),
-                                  options={"num_warps": 1} if name in ("enc_rans", "decode_coded_chunks") else {})
+                                  options={"num_warps": 1} if name in _ONE_WARP else {})
         out[name] = len(compiled.asm["cubin"])
     return out

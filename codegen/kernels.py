@@ -79,6 +79,11 @@ class TritonKernels:
     def decode(self, grid, buf, metas, tables, his, nzb, words, err):
         self.mod.decode_coded_chunks[(grid,)](buf, metas, tables, his, nzb, words, err, num_warps=1)
 
+    def decode_split(self, grid, buf, metas, tables, his, nzb, sym, sym_at, words, err):
+        """The decode in two passes: the rANS walks (symbols to ``sym``), then the values, vectorised."""
+        self.mod.dec_symbols[(grid,)](buf, metas, tables, sym, sym_at, err, num_warps=1)
+        self.mod.dec_values[(grid,)](buf, metas, his, nzb, sym, sym_at, words, err, BLOCK=self.block)
+
 
 # the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32
 _CUDA_KERNELS = {

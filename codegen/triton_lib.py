@@ -7,6 +7,8 @@ are module-level ``tl.constexpr`` values taken from :mod:`codec.codebook` and :m
 
 decode_coded_chunks: one program decodes one CODED chunk: the rANS lanes are the vector lanes,
 refills are placed by a prefix sum over the lanes that need one (the layout codec.format describes).
+dec_symbols + dec_values: the same split in two passes, the serial rANS walk alone (symbols to a
+scratch byte per value), then whole vectors of values at once (the GPU check times both).
 The device encoder (codegen.device.encode_stream) runs enc_stats, enc_rans, enc_place, enc_planes and
 enc_copy, one program per chunk (or per chunk and candidate payload), with tensor ops in between;
 dec_copy writes RAW and CONST chunks.
@@ -30,6 +32,143 @@ WINDOW_LOW = tl.constexpr(_cbk.WINDOW_LOW)
 RANS_L = tl.constexpr(_fmt.RANS_L)
 MAX_LANES = tl.constexpr(_fmt.MAX_LANES)
 N_META = tl.constexpr(14)
+
+
+@triton.jit
+def _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift, mode, nzb_at, zv,
+            E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
+    """Words of coded values ``i`` (symbols ``s``): residual bits from the plane, exponent and leading bit
+    from the symbol or the escape plane; ``kk``/``ke``: non-ZERO values and escapes before this vector.
+    Returns the words, their chunk positions, a fault flag and the vector's non-ZERO and escape counts."""
+    width = M - shift
+    full = width // 8
+    rem = width % 8
+    ssr = M - 1 - shift
+    nz = active & (s != SYM_ZERO)
+    nzi = nz.to(tl.int64)
+    kidx = kk + tl.cumsum(nzi, 0) - nzi
+    isesc = active & (s == SYM_ESC)
+    esci = isesc.to(tl.int64)
+    eidx = ke + tl.cumsum(esci, 0) - esci
+    bad = tl.max((nz & (kidx >= n_sm)).to(tl.int32), 0) | tl.max((isesc & (eidx >= n_esc)).to(tl.int32), 0)
+    h = tl.load(hi + tab * N_SYMBOLS + s, mask=active, other=0)
+    ep = buf + esc_at + 2 * eidx
+    ev = (tl.load(ep, mask=isesc & (eidx < n_esc), other=0).to(tl.int64)
+          | (tl.load(ep + 1, mask=isesc & (eidx < n_esc), other=0).to(tl.int64) << 8))
+    bad = bad | tl.max((isesc & ((ev >> 1) > TOP)).to(tl.int32), 0)
+    h = tl.where(isesc, ((ev >> 1) << M) | ((ev & 1) << (M - 1)), h)
+    bad = bad | tl.max((nz & (h < 0)).to(tl.int32), 0)
+    ok = nz & (kidx < n_sm)
+    res = zv
+    for b in tl.static_range(MAX_FULL):
+        res = res | (tl.load(buf + plane_at + b * n_sm + kidx, mask=ok & ((zv + full) > b), other=0).to(tl.int64) << (8 * b))
+    bitpos = kidx * rem
+    q = buf + plane_at + full * n_sm + (bitpos >> 3)
+    o = bitpos & 7
+    two = (tl.load(q, mask=ok & ((zv + rem) > 0), other=0).to(tl.int64)
+           | (tl.load(q + 1, mask=ok & ((zv + rem) > 0) & (o + rem > 8), other=0).to(tl.int64) << 8))
+    res = res | (((two >> o) & ((1 << rem) - 1)) << (8 * full))
+    lowmask = (tl.full([], 1, tl.int64) << ssr) - 1
+    v = tl.where(nz, ((res >> ssr) << (E + M)) | h | ((res & lowmask) << shift), 0)
+    blk = i >> mode
+    dst = tl.where(mode == 0, i, tl.load(nzb + nzb_at + blk, mask=active & ((zv + mode) != 0), other=0) * (1 << mode)
+                   + (i & ((1 << mode) - 1)))
+    return v, dst, bad, tl.sum(nzi, 0), tl.sum(esci, 0)
+
+
+@triton.jit
+def dec_symbols(
+    buf,        # *u8   the whole stream
+    meta,       # *i64  (n_chunks, N_META) as for decode_coded_chunks
+    tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 8 | freq << 20
+    sym,        # *u8   out: each chunk's symbols, from its offset in sym_at
+    sym_at,     # *i64  (n_chunks,)
+    err,        # *i32  (n_chunks,) out: 0 = the rANS stream is consistent
+    E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, ITEMSIZE: tl.constexpr,          # the layout's constants
+    MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
+):
+    # the split decoder's first pass: the rANS walk alone (table lookup, refills), symbols to scratch
+    c = tl.program_id(0)
+    mrow = meta + c * N_META
+    states_at = tl.load(mrow + 0)
+    words_at = tl.load(mrow + 1)
+    n_words = tl.load(mrow + 2)
+    n_coded = tl.load(mrow + 7)
+    tab = tl.load(mrow + 9)
+    k = tl.load(mrow + 13)
+    at = tl.load(sym_at + c)
+    lanes = tl.arange(0, MAX_LANES)
+    live = lanes < k
+    sp = buf + states_at + 4 * lanes
+    x = (tl.load(sp, mask=live, other=0).to(tl.int64) | (tl.load(sp + 1, mask=live, other=0).to(tl.int64) << 8)
+         | (tl.load(sp + 2, mask=live, other=0).to(tl.int64) << 16)
+         | (tl.load(sp + 3, mask=live, other=0).to(tl.int64) << 24))
+    ptr = tl.zeros([], tl.int64)
+    bad = tl.zeros([], tl.int32)
+    for r in range(0, (n_coded + k - 1) // k):
+        i = r * k + lanes
+        active = live & (i < n_coded)
+        ent = tl.load(tables + tab * TOTAL + (x & MASK), mask=active, other=0)
+        xn = (ent >> 20) * (x >> PROB_BITS) + ((ent >> 8) & 0xFFF)
+        need = active & (xn < RANS_L)
+        needi = need.to(tl.int64)
+        widx = ptr + tl.cumsum(needi, 0) - needi
+        bad = bad | tl.max((need & (widx >= n_words)).to(tl.int32), 0)
+        wp = buf + words_at + 2 * widx
+        w = (tl.load(wp, mask=need & (widx < n_words), other=0).to(tl.int64)
+             | (tl.load(wp + 1, mask=need & (widx < n_words), other=0).to(tl.int64) << 8))
+        x = tl.where(active, tl.where(need, (xn << 16) | w, xn), x)
+        ptr += tl.sum(needi, 0)
+        tl.store(sym + at + i, (ent & 0xFF).to(tl.uint8), mask=active)
+    bad = bad | (ptr != n_words).to(tl.int32) | tl.max((live & (x != RANS_L)).to(tl.int32), 0)
+    tl.store(err + c, bad)
+
+
+@triton.jit
+def dec_values(
+    buf,        # *u8   the whole stream
+    meta,       # *i64  (n_chunks, N_META) as for decode_coded_chunks
+    hi,         # *i64  (n_tables, N_SYMBOLS) symbol -> exponent << M | leading bit << (M-1); -1 impossible
+    nzb,        # *i64  indices of the non-zero blocks of zero-block chunks
+    sym,        # *u8   dec_symbols' output
+    sym_at,     # *i64  (n_chunks,)
+    out,        # *uint output words
+    err,        # *i32  (n_chunks,) in/out: faults are or-ed in
+    BLOCK: tl.constexpr,
+    E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, ITEMSIZE: tl.constexpr,          # the layout's constants
+    MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
+):
+    # the split decoder's second pass: whole vectors of values at once, no serial dependence but two sums
+    c = tl.program_id(0)
+    mrow = meta + c * N_META
+    plane_at = tl.load(mrow + 3)
+    esc_at = tl.load(mrow + 4)
+    n_sm = tl.load(mrow + 5)
+    n_esc = tl.load(mrow + 6)
+    n_coded = tl.load(mrow + 7)
+    shift = tl.load(mrow + 8)
+    tab = tl.load(mrow + 9)
+    out_at = tl.load(mrow + 10)
+    mode = tl.load(mrow + 11)
+    nzb_at = tl.load(mrow + 12)
+    at = tl.load(sym_at + c)
+    lanes = tl.arange(0, BLOCK)
+    zv = tl.zeros([BLOCK], tl.int64)
+    kk = tl.zeros([], tl.int64)
+    ke = tl.zeros([], tl.int64)
+    bad = tl.zeros([], tl.int32)
+    for t in range(0, n_coded, BLOCK):
+        i = t + lanes
+        active = i < n_coded
+        s = tl.load(sym + at + i, mask=active, other=0).to(tl.int64)
+        v, dst, b, n_nz, n_es = _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift,
+                                        mode, nzb_at, zv, E, M, TOP, MAX_FULL)
+        tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
+        bad = bad | b
+        kk += n_nz
+        ke += n_es
+    bad = bad | (kk != n_sm).to(tl.int32) | (ke != n_esc).to(tl.int32)
+    tl.store(err + c, tl.load(err + c) | bad)
 
 
 @triton.jit
@@ -68,12 +207,6 @@ def decode_coded_chunks(
     x = (tl.load(sp, mask=live, other=0).to(tl.int64) | (tl.load(sp + 1, mask=live, other=0).to(tl.int64) << 8)
          | (tl.load(sp + 2, mask=live, other=0).to(tl.int64) << 16)
          | (tl.load(sp + 3, mask=live, other=0).to(tl.int64) << 24))
-    width = M - shift
-    full = width // 8
-    rem = width % 8
-    remmask = (1 << rem) - 1
-    ssr = M - 1 - shift
-    lowmask = (tl.full([], 1, tl.int64) << ssr) - 1
     ptr = tl.zeros([], tl.int64)
     kk = tl.zeros([], tl.int64)
     ke = tl.zeros([], tl.int64)
@@ -97,39 +230,12 @@ def decode_coded_chunks(
         xn = tl.where(need, (xn << 16) | w, xn)
         x = tl.where(active, xn, x)
         ptr += tl.sum(needi, 0)
-        # values
-        nz = active & (s != SYM_ZERO)
-        nzi = nz.to(tl.int64)
-        kidx = kk + tl.cumsum(nzi, 0) - nzi
-        isesc = active & (s == SYM_ESC)
-        esci = isesc.to(tl.int64)
-        eidx = ke + tl.cumsum(esci, 0) - esci
-        bad = bad | tl.max((nz & (kidx >= n_sm)).to(tl.int32), 0) | tl.max((isesc & (eidx >= n_esc)).to(tl.int32), 0)
-        h = tl.load(hi + tab * N_SYMBOLS + s, mask=active, other=0)
-        ep = buf + esc_at + 2 * eidx
-        ev = (tl.load(ep, mask=isesc & (eidx < n_esc), other=0).to(tl.int64)
-              | (tl.load(ep + 1, mask=isesc & (eidx < n_esc), other=0).to(tl.int64) << 8))
-        bad = bad | tl.max((isesc & ((ev >> 1) > TOP)).to(tl.int32), 0)
-        h = tl.where(isesc, ((ev >> 1) << M) | ((ev & 1) << (M - 1)), h)
-        bad = bad | tl.max((nz & (h < 0)).to(tl.int32), 0)
-        ok = nz & (kidx < n_sm)
-        res = tl.zeros([MAX_LANES], tl.int64)
-        for b in tl.static_range(MAX_FULL):
-            res = res | (tl.load(buf + plane_at + b * n_sm + kidx, mask=ok & ((zv + full) > b), other=0).to(tl.int64) << (8 * b))
-        bitpos = kidx * rem
-        q = buf + plane_at + full * n_sm + (bitpos >> 3)
-        o = bitpos & 7
-        two = (tl.load(q, mask=ok & ((zv + rem) > 0), other=0).to(tl.int64)
-               | (tl.load(q + 1, mask=ok & ((zv + rem) > 0) & (o + rem > 8), other=0).to(tl.int64) << 8))
-        res = res | (((two >> o) & remmask) << (8 * full))
-        v = ((res >> ssr) << (E + M)) | h | ((res & lowmask) << shift)
-        v = tl.where(nz, v, 0)
-        blk = i >> mode
-        dst = tl.where(mode == 0, i, tl.load(nzb + nzb_at + blk, mask=active & ((zv + mode) != 0), other=0) * (1 << mode)
-                       + (i & ((1 << mode) - 1)))
+        v, dst, b, n_nz, n_es = _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift,
+                                        mode, nzb_at, zv, E, M, TOP, MAX_FULL)
         tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
-        kk += tl.sum(nzi, 0)
-        ke += tl.sum(esci, 0)
+        bad = bad | b
+        kk += n_nz
+        ke += n_es
     bad = bad | (ptr != n_words).to(tl.int32) | tl.max((live & (x != RANS_L)).to(tl.int32), 0)
     bad = bad | (kk != n_sm).to(tl.int32) | (ke != n_esc).to(tl.int32)
     tl.store(err + c, bad)
