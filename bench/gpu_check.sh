@@ -4,6 +4,8 @@
 # them; numba only for the CPU side of the comparisons); what it lacks comes from the wheels in bench/wheels (bench/fetch_wheels.sh downloads them on
 # a machine with pip access: crc32c, nvCOMP, DFloat11), installed offline into a scratch folder.
 # Runs the GPU tests, then bench/gpu_check.py; everything lands in RESULTS_DIR.  About 5-8 minutes.
+# Through this workplace's device tool: run `bash bench/fetch_wheels.sh` here first, then
+#   run(command="bash bench/gpu_check.sh $OUT/gpu", carry=["bench/wheels"], timeout_s=540)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-results}"
