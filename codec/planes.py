@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _numba
+from .api import _is_torch, _torch_ints
 from .layouts import layout_for, packed_nbytes
 
 
@@ -31,10 +32,6 @@ def worth_splitting(x: np.ndarray, sample: int = 1 << 16) -> bool:
     part = np.ascontiguousarray(x).reshape(-1)[:sample]
     head, low = split_low(part)
     return len(encode(head)) + low.size <= len(encode(part)) * 1.005 + 64
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
 def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +65,22 @@ def join_low(head: np.ndarray, low) -> np.ndarray:
     return words.view(head.dtype).reshape(head.shape)
 
 
-_SIGNED = {1: "uint8", 2: "int16", 4: "int32"}
+def _torch_words(x, lay):
+    """``x``'s words as int64 (unsigned values) and the integer dtype they came from."""
+    import torch
+
+    signed = x.detach().contiguous().view(-1).view(_torch_ints(lay))
+    return signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1), signed.dtype
+
+
+def _from_words(w, dtype, like):
+    """Inverse of :func:`_torch_words`: int64 words back into ``like``'s dtype and shape."""
+    import torch
+
+    bits = 8 * like.element_size()
+    if dtype != torch.uint8:                 # the signed views wrap the upper half
+        w = torch.where(w >= 1 << (bits - 1), w - (1 << bits), w)
+    return w.to(dtype).view(like.dtype).reshape(like.shape)
 
 
 def _split_low_torch(x):
@@ -76,8 +88,7 @@ def _split_low_torch(x):
 
     lay = layout_for(x.dtype)
     width = lay.man_bits - 1
-    signed = x.detach().contiguous().view(-1).view(getattr(torch, _SIGNED[lay.itemsize]))
-    w = signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
+    w, dtype = _torch_words(x, lay)
     full, rem = divmod(width, 8)
     parts = [((w >> (8 * b)) & 0xFF).to(torch.uint8) for b in range(full)]
     if rem:                                  # bit j of value i is bit i * rem + j of the packed tail
@@ -85,10 +96,7 @@ def _split_low_torch(x):
         bits = torch.cat([bits, bits.new_zeros(-len(bits) % 8)]).view(-1, 8).to(torch.int32)
         parts.append((bits << torch.arange(8, device=w.device, dtype=torch.int32)).sum(dim=1).to(torch.uint8))
     low = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8, device=w.device)
-    head = (w & ~((1 << width) - 1)).to(torch.int64)
-    head = torch.where(head >= 1 << (8 * lay.itemsize - 1), head - (1 << (8 * lay.itemsize)), head) if lay.itemsize > 1 else head
-    head = head.to(signed.dtype).view(x.dtype).reshape(x.shape)
-    return head, low
+    return _from_words(w & ~((1 << width) - 1), dtype, x), low
 
 
 def _join_low_torch(head, low):
@@ -98,12 +106,11 @@ def _join_low_torch(head, low):
 
     lay = layout_for(head.dtype)
     width = lay.man_bits - 1
-    signed = head.detach().contiguous().view(-1).view(getattr(torch, _SIGNED[lay.itemsize]))
-    n = signed.numel()
+    w, dtype = _torch_words(head, lay)
+    n = w.numel()
     if low.numel() != packed_nbytes(n, width):
         raise FormatError(f"low-bit plane has {low.numel()} bytes, {packed_nbytes(n, width)} expected "
                           f"for {n} values of {width} bits")
-    w = signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
     full, rem = divmod(width, 8)
     low = low.to(w.device).view(-1).to(torch.int64)
     for b in range(full):
@@ -111,6 +118,4 @@ def _join_low_torch(head, low):
     if rem:
         bits = ((low[full * n:, None] >> torch.arange(8, device=w.device)) & 1).reshape(-1)[:n * rem].view(n, rem)
         w = w | ((bits << torch.arange(rem, device=w.device)).sum(dim=1) << (8 * full))
-    if lay.itemsize > 1:
-        w = torch.where(w >= 1 << (8 * lay.itemsize - 1), w - (1 << (8 * lay.itemsize)), w)
-    return w.to(signed.dtype).view(head.dtype).reshape(head.shape)
+    return _from_words(w, dtype, head)
