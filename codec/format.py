@@ -379,7 +379,7 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
                    f"for {n_coded[j]} coded values")
     k = np.array([lanes(int(v)) for v in n_coded], dtype=np.int64) if m else np.zeros(0, np.int64)
     width = h.layout.man_bits - shift
-    tail = 4 * k + 2 * n_words + n_sm * (width // 8) + (n_sm * (width % 8) + 7) // 8 + 2 * n_esc
+    tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, width) + 2 * n_esc
     fail(pos + tail != b, lambda j: f"coded payload is {b[j] - a[j]} bytes, its header implies {pos[j] + tail[j] - a[j]}")
     bad = np.flatnonzero(errors != "")
     if len(bad):

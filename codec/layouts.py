@@ -121,6 +121,7 @@ def log2_magnitude(exp: np.ndarray, sm: np.ndarray, lay: FloatLayout) -> np.ndar
 def packed_nbytes(n: int, width: int) -> int:
     """Bytes of ``n`` values of ``width`` bits packed as the codec packs planes:
     ``width // 8`` whole byte planes (low byte first), then the remaining ``width % 8``
-    bits of every value packed little-endian (value 0 in the lowest bits)."""
-    full, rem = divmod(width, 8)
+    bits of every value packed little-endian (value 0 in the lowest bits).  Element-wise
+    for NumPy arrays and torch tensors of counts and widths."""
+    full, rem = width // 8, width % 8
     return n * full + (n * rem + 7) // 8

@@ -28,6 +28,7 @@ import numpy as np
 from codec import codebook as cbk
 from codec import format as fmt
 from codec.format import FormatError
+from codec.layouts import packed_nbytes
 
 from .kernels import default_device, kernel_set
 
@@ -184,7 +185,7 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
             nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
         plane_at = hd["words"] + 2 * hd["n_words"]
         width = lay.man_bits - hd["shift"]
-        esc_at = plane_at + hd["n_sm"] * (width // 8) + (hd["n_sm"] * (width % 8) + 7) // 8
+        esc_at = plane_at + packed_nbytes(hd["n_sm"], width)
         metas = np.stack([hd["states"], hd["words"], hd["n_words"], plane_at, esc_at, hd["n_sm"], hd["n_esc"],
                           hd["n_coded"], hd["shift"], tab.reshape(-1), lo[kinds == fmt.KIND_CODED], hd["mode"],
                           nzb_at, hd["lanes"]], axis=1)
@@ -258,7 +259,7 @@ def _device_heads(h, buf_t, ids, out_at):
     bad |= (n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded)
     k = _lanes(n_coded)
     w = lay.man_bits - shift
-    tail = 4 * k + 2 * n_words + _packed_nbytes(n_sm, w) + 2 * n_esc
+    tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, w) + 2 * n_esc
     bad |= pos + tail != end
     if bool(bad.any()):
         return None
@@ -266,7 +267,7 @@ def _device_heads(h, buf_t, ids, out_at):
     tables, his = decode_tables(keys // 65536, keys % 65536 - 32768, lay)
     words_at = pos + 4 * k
     plane_at = words_at + 2 * n_words
-    esc_at = plane_at + _packed_nbytes(n_sm, w)
+    esc_at = plane_at + packed_nbytes(n_sm, w)
     metas = _stack_rows(pos, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab.reshape(-1),
                         t(out_at), mode, nzb_at, k)
     return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
@@ -418,10 +419,6 @@ def _lanes(n):
     return k
 
 
-def _packed_nbytes(n, width):
-    return n * (width // 8) + (n * (width % 8) + 7) // 8
-
-
 def _stack_rows(*cols):
     import torch
 
@@ -497,7 +494,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         kern.rans(len(cc), words, rows, freq, cum, nzb, counts, rans_out)
     n_words, n_sm, n_esc = counts.unbind(1)
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
-    size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + _packed_nbytes(n_sm, M - shift[cc])
+    size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + packed_nbytes(n_sm, M - shift[cc])
             + 2 * n_esc)
 
     # the choice per chunk: the smallest candidate, the earliest (plain first) on ties; RAW if not smaller
