@@ -77,6 +77,33 @@ def _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_e
 
 
 @triton.jit
+def _rans_states(buf, states_at, live):
+    """The final rANS states a coded chunk stores, one u32 per live lane."""
+    sp = buf + states_at + 4 * tl.arange(0, MAX_LANES)
+    return (tl.load(sp, mask=live, other=0).to(tl.int64) | (tl.load(sp + 1, mask=live, other=0).to(tl.int64) << 8)
+            | (tl.load(sp + 2, mask=live, other=0).to(tl.int64) << 16)
+            | (tl.load(sp + 3, mask=live, other=0).to(tl.int64) << 24))
+
+
+@triton.jit
+def _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words):
+    """One decode round on every lane: the symbol from the table, the state update, and the refills
+    (16-bit words taken in lane order, placed by a prefix sum).  Returns the symbols, the new states,
+    the new word position and a fault flag (a refill past the chunk's words)."""
+    ent = tl.load(tables + tab * TOTAL + (x & MASK), mask=active, other=0)
+    xn = (ent >> 20) * (x >> PROB_BITS) + ((ent >> 8) & 0xFFF)
+    need = active & (xn < RANS_L)
+    needi = need.to(tl.int64)
+    widx = ptr + tl.cumsum(needi, 0) - needi
+    bad = tl.max((need & (widx >= n_words)).to(tl.int32), 0)
+    wp = buf + words_at + 2 * widx
+    w = (tl.load(wp, mask=need & (widx < n_words), other=0).to(tl.int64)
+         | (tl.load(wp + 1, mask=need & (widx < n_words), other=0).to(tl.int64) << 8))
+    x = tl.where(active, tl.where(need, (xn << 16) | w, xn), x)
+    return ent & 0xFF, x, ptr + tl.sum(needi, 0), bad
+
+
+@triton.jit
 def dec_symbols(
     buf,        # *u8   the whole stream
     meta,       # *i64  (n_chunks, N_META) as for decode_coded_chunks
@@ -99,27 +126,15 @@ def dec_symbols(
     at = tl.load(sym_at + c)
     lanes = tl.arange(0, MAX_LANES)
     live = lanes < k
-    sp = buf + states_at + 4 * lanes
-    x = (tl.load(sp, mask=live, other=0).to(tl.int64) | (tl.load(sp + 1, mask=live, other=0).to(tl.int64) << 8)
-         | (tl.load(sp + 2, mask=live, other=0).to(tl.int64) << 16)
-         | (tl.load(sp + 3, mask=live, other=0).to(tl.int64) << 24))
+    x = _rans_states(buf, states_at, live)
     ptr = tl.zeros([], tl.int64)
     bad = tl.zeros([], tl.int32)
     for r in range(0, (n_coded + k - 1) // k):
         i = r * k + lanes
         active = live & (i < n_coded)
-        ent = tl.load(tables + tab * TOTAL + (x & MASK), mask=active, other=0)
-        xn = (ent >> 20) * (x >> PROB_BITS) + ((ent >> 8) & 0xFFF)
-        need = active & (xn < RANS_L)
-        needi = need.to(tl.int64)
-        widx = ptr + tl.cumsum(needi, 0) - needi
-        bad = bad | tl.max((need & (widx >= n_words)).to(tl.int32), 0)
-        wp = buf + words_at + 2 * widx
-        w = (tl.load(wp, mask=need & (widx < n_words), other=0).to(tl.int64)
-             | (tl.load(wp + 1, mask=need & (widx < n_words), other=0).to(tl.int64) << 8))
-        x = tl.where(active, tl.where(need, (xn << 16) | w, xn), x)
-        ptr += tl.sum(needi, 0)
-        tl.store(sym + at + i, (ent & 0xFF).to(tl.uint8), mask=active)
+        s, x, ptr, b = _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words)
+        bad = bad | b
+        tl.store(sym + at + i, s.to(tl.uint8), mask=active)
     bad = bad | (ptr != n_words).to(tl.int32) | tl.max((live & (x != RANS_L)).to(tl.int32), 0)
     tl.store(err + c, bad)
 
@@ -203,33 +218,16 @@ def decode_coded_chunks(
     lanes = tl.arange(0, MAX_LANES)
     zv = tl.zeros([MAX_LANES], tl.int64)      # broadcasts scalars into masks (the interpreter needs vectors)
     live = lanes < k
-    sp = buf + states_at + 4 * lanes
-    x = (tl.load(sp, mask=live, other=0).to(tl.int64) | (tl.load(sp + 1, mask=live, other=0).to(tl.int64) << 8)
-         | (tl.load(sp + 2, mask=live, other=0).to(tl.int64) << 16)
-         | (tl.load(sp + 3, mask=live, other=0).to(tl.int64) << 24))
+    x = _rans_states(buf, states_at, live)
     ptr = tl.zeros([], tl.int64)
     kk = tl.zeros([], tl.int64)
     ke = tl.zeros([], tl.int64)
     bad = tl.zeros([], tl.int32)
-    rounds = (n_coded + k - 1) // k
-    for r in range(0, rounds):
+    for r in range(0, (n_coded + k - 1) // k):
         i = r * k + lanes
         active = live & (i < n_coded)
-        slot = x & MASK
-        ent = tl.load(tables + tab * TOTAL + slot, mask=active, other=0)
-        s = ent & 0xFF
-        xn = (ent >> 20) * (x >> PROB_BITS) + ((ent >> 8) & 0xFFF)
-        need = active & (xn < RANS_L)
-        needi = need.to(tl.int64)
-        widx = ptr + tl.cumsum(needi, 0) - needi
-        inside = widx < n_words
-        bad = bad | tl.max((need & (widx >= n_words)).to(tl.int32), 0)
-        wp = buf + words_at + 2 * widx
-        w = (tl.load(wp, mask=need & inside, other=0).to(tl.int64)
-             | (tl.load(wp + 1, mask=need & inside, other=0).to(tl.int64) << 8))
-        xn = tl.where(need, (xn << 16) | w, xn)
-        x = tl.where(active, xn, x)
-        ptr += tl.sum(needi, 0)
+        s, x, ptr, b = _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words)
+        bad = bad | b
         v, dst, b, n_nz, n_es = _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift,
                                         mode, nzb_at, zv, E, M, TOP, MAX_FULL)
         tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
