@@ -32,21 +32,6 @@ from codec.layouts import packed_nbytes
 
 from .kernels import default_device, kernel_set
 
-def _tables(cb, ref, lay):
-    f, cum, _ = cbk.chunk_tables(cb, ref, lay.exp_bits, lay.has_inf)
-    f = f.astype(np.int64)
-    cum = cum.astype(np.int64)
-    sym = np.repeat(np.arange(cbk.N_SYMBOLS), f)
-    slot = np.arange(cbk.TOTAL)
-    entries = sym | ((slot - cum[sym]) << 8) | (f[sym] << 20)
-    hi = np.full(cbk.N_SYMBOLS, -1, np.int64)
-    for s in range(cbk.SYM_WINDOW0, cbk.N_SYMBOLS):
-        e = (s - cbk.SYM_WINDOW0) // 2 + ref - cbk.WINDOW_LOW
-        if 0 <= e < (1 << lay.exp_bits):
-            hi[s] = (e << lay.man_bits) | (((s - cbk.SYM_WINDOW0) & 1) << (lay.man_bits - 1))
-    return entries, hi
-
-
 _UINT_T = {1: "uint8", 2: "uint16", 4: "uint32"}
 
 
@@ -143,8 +128,8 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
     """Decode ``chunks`` of the stream in the device tensor ``buf_t`` into the word tensor ``words``
     (same device).  The chunk heads are validated and the clipped decode tables built on the device
     (on the host, :func:`codec.format.parse_chunk_heads`, when ``host`` is given or a head is bad); one
-    program runs per CODED chunk and one per RAW/CONST chunk; the kernel checks the rANS invariants (words used, final states, counts) per chunk,
-    and a failure raises :class:`codec.FormatError` like every other backend.  ``host``: the stream's
+    program runs per CODED chunk and one per RAW/CONST chunk; the kernel checks the rANS invariants
+    (words used, final states, counts) per chunk, and a failure raises :class:`codec.FormatError` like every other backend.  ``host``: the stream's
     bytes on the host, when it is there too.  Returns the :class:`DecodePlan`; with ``launch=False`` it
     is only prepared (nothing runs)."""
     import torch
@@ -162,42 +147,40 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
     kern = kernels or kernel_set("triton", lay.name)
-    parsed = _device_heads(h, buf_t, ids, lo[kinds == fmt.KIND_CODED]) if host is None and len(ids) else None
-    if parsed is not None:                     # the stream stays on the device: so does the parse
-        metas, tables, his, nzb = parsed
-        plan = DecodePlan(kern, buf_t, words, nzb is not None, t(plain) if len(plain) else None, metas, tables,
-                          his, nzb if nzb is not None else t([0]), ids.tolist())
-        if launch:
-            plan.run()
-            plan.check()
-        return plan
-    metas = tables = his = None
-    nzb = []
-    if len(ids):                               # on the host (and where the device parse found a bad chunk:
-        prefixes, at = _chunk_prefixes(h, host if host is not None else buf_t, ids)   # the message comes from here)
-        hd = fmt.parse_chunk_heads(h, ids, prefixes, at)
-        keys, tab = np.unique(hd["codebook"] * 65536 + (hd["ref"] + 32768), return_inverse=True)
-        built = [_tables(int(key) // 65536, int(key) % 65536 - 32768, lay) for key in keys]
-        tables, his = np.stack([t for t, _ in built]), np.stack([x for _, x in built])
-        nzb_at = np.zeros(len(ids), dtype=np.int64)
-        for j in np.flatnonzero(hd["mode"]):
-            nzb_at[j] = len(nzb)
-            nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
-        plane_at = hd["words"] + 2 * hd["n_words"]
-        width = lay.man_bits - hd["shift"]
-        esc_at = plane_at + packed_nbytes(hd["n_sm"], width)
-        metas = np.stack([hd["states"], hd["words"], hd["n_words"], plane_at, esc_at, hd["n_sm"], hd["n_esc"],
-                          hd["n_coded"], hd["shift"], tab.reshape(-1), lo[kinds == fmt.KIND_CODED], hd["mode"],
-                          nzb_at, hd["lanes"]], axis=1)
-    ids = ids.tolist()
-    plan = DecodePlan(kern, buf_t, words, bool(nzb),
-                      t(plain) if len(plain) else None, t(metas) if metas is not None else None,
-                      t(tables) if tables is not None else None, t(his) if his is not None else None,
-                      t(nzb if nzb else [0]), ids)
+    out_at = lo[kinds == fmt.KIND_CODED]
+    parsed = _device_heads(h, buf_t, ids, out_at) if host is None and len(ids) else None
+    if parsed is None and len(ids):            # on the host (and where the device parse found a bad chunk:
+        parsed = _host_heads(h, host if host is not None else buf_t, ids, out_at, dev)   # the message comes from here)
+    metas, tables, his, nzb = parsed if parsed is not None else (None, None, None, None)
+    plan = DecodePlan(kern, buf_t, words, nzb is not None, t(plain) if len(plain) else None, metas, tables, his,
+                      nzb if nzb is not None else t([0]), ids.tolist())
     if launch:
         plan.run()
         plan.check()
     return plan
+
+
+def _host_heads(h, buf, ids, out_at, dev):
+    """:func:`_device_heads`' result from the host parse (:func:`codec.format.parse_chunk_heads`, which
+    raises :class:`codec.FormatError` naming the first bad chunk) of the stream in ``buf`` (host bytes,
+    or the device tensor); the tables are built on ``dev``."""
+    import torch
+
+    lay = h.layout
+    t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=dev)  # noqa: E731
+    prefixes, at = _chunk_prefixes(h, buf, ids)
+    hd = fmt.parse_chunk_heads(h, ids, prefixes, at)
+    keys, tab = np.unique(hd["codebook"] * 65536 + (hd["ref"] + 32768), return_inverse=True)
+    tables, his = decode_tables(t(keys // 65536), t(keys % 65536 - 32768), lay)
+    nzb, nzb_at = [], np.zeros(len(ids), dtype=np.int64)
+    for j in np.flatnonzero(hd["mode"]):
+        nzb_at[j] = len(nzb)
+        nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
+    plane_at = hd["words"] + 2 * hd["n_words"]
+    esc_at = plane_at + packed_nbytes(hd["n_sm"], lay.man_bits - hd["shift"])
+    metas = np.stack([hd["states"], hd["words"], hd["n_words"], plane_at, esc_at, hd["n_sm"], hd["n_esc"],
+                      hd["n_coded"], hd["shift"], tab.reshape(-1), out_at, hd["mode"], nzb_at, hd["lanes"]], axis=1)
+    return t(metas), tables, his, (t(nzb) if nzb else None)
 
 
 def _device_heads(h, buf_t, ids, out_at):

@@ -209,9 +209,18 @@ def test_device_model_fit_matches_the_host():
         cbs = rng.integers(0, N_CODEBOOKS, 400)
         refs = rng.integers(-40, (1 << lay.exp_bits) + 40, 400)
         freq, cum = tb.clipped_tables(t(cbs), t(refs), lay)
+        entries, hi = tb.decode_tables(t(cbs), t(refs), lay)
+        top = (1 << lay.exp_bits) - 1
         for j in range(400):
-            f, c, _ = chunk_tables(int(cbs[j]), int(refs[j]), lay.exp_bits, lay.has_inf)
+            f, c, slots = chunk_tables(int(cbs[j]), int(refs[j]), lay.exp_bits, lay.has_inf)
             assert np.array_equal(freq[j].numpy(), f) and np.array_equal(cum[j].numpy(), c[:-1])
+            sym = slots.astype(np.int64)          # the decoders' table: slot -> symbol, offset, frequency
+            want = sym | ((np.arange(len(sym)) - c[sym].astype(np.int64)) << 8) | (f[sym].astype(np.int64) << 20)
+            assert np.array_equal(entries[j].numpy(), want)
+            s = np.arange(len(f))
+            e = (s - 2) // 2 + int(refs[j]) - 31
+            want_hi = np.where((s >= 2) & (e >= 0) & (e <= top), (e << lay.man_bits) | (((s - 2) & 1) << (lay.man_bits - 1)), -1)
+            assert np.array_equal(hi[j].numpy(), want_hi)
 
 
 def _same_fields(a, b):
