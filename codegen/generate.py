@@ -149,7 +149,8 @@ def compile_cuda(dtype: str, arch: str, *, output: str = "ptx") -> bytes:
     return data
 
 
-_ONE_WARP = ("enc_rans", "decode_coded_chunks", "dec_symbols")     # 32-lane vectors: one warp per program
+ONE_WARP = ("enc_rans", "decode_coded_chunks", "dec_symbols")     # 32-lane vectors: one warp per program
+GPU_BLOCK = 1024                                                  # values per vector of the other kernels
 
 
 def triton_signatures(dtype: str) -> dict:
@@ -161,17 +162,17 @@ def triton_signatures(dtype: str) -> dict:
         "decode_coded_chunks": ({"buf": p8, "meta": p64, "tables": p64, "hi": p64, "nzb": p64, "out": w,
                                  "err": "*i32"}, {}),
         "enc_stats": ({"words": w, "n_total": q, "cs": q, "stats": p64, "nz16": p8, "nz64": p8, "nb16": q,
-                       "nb64": q, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+                       "nb64": q, "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
         "enc_rans": ({"words": w, "rows": p64, "freq": p64, "cum": p64, "nzb": p64, "counts": p64,
                       "scratch": p8}, {}),
-        "enc_place": ({"rows": p64, "scratch": p8, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+        "enc_place": ({"rows": p64, "scratch": p8, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
         "enc_planes": ({"words": w, "rows": p64, "freq": p64, "nzb": p64, "out": p8, "scratch": p8,
-                        "BLOCK": "constexpr"}, {"BLOCK": 1024}),
-        "enc_copy": ({"words": w, "rows": p64, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
-        "dec_copy": ({"buf": p8, "rows": p64, "out": w, "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+                        "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
+        "enc_copy": ({"words": w, "rows": p64, "out": p8, "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
+        "dec_copy": ({"buf": p8, "rows": p64, "out": w, "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
         "dec_symbols": ({"buf": p8, "meta": p64, "tables": p64, "sym": p8, "sym_at": p64, "err": "*i32"}, {}),
         "dec_values": ({"buf": p8, "meta": p64, "hi": p64, "nzb": p64, "sym": p8, "sym_at": p64, "out": w,
-                        "err": "*i32", "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+                        "err": "*i32", "BLOCK": "constexpr"}, {"BLOCK": GPU_BLOCK}),
     }
 
 
@@ -191,6 +192,6 @@ def compile_triton(dtype: str, arch: str, kernels=None) -> dict:
             continue
         src = ASTSource(fn=getattr(mod, name), signature=signature, constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", int(arch[3:]), 32),
-                                  options={"num_warps": 1} if name in _ONE_WARP else {})
+                                  options={"num_warps": 1} if name in ONE_WARP else {})
         out[name] = len(compiled.asm["cubin"])
     return out

@@ -52,37 +52,44 @@ class TritonKernels:
     dialect = "triton"
 
     def __init__(self, lay):
-        from .generate import load_triton
+        from .generate import GPU_BLOCK, load_triton
 
         self.mod = load_triton(lay.name)
-        self.block = 256 if interpreting() else 1024
+        self.block = 256 if interpreting() else GPU_BLOCK
+
+    def _run(self, name, grid, *args, block=False):
+        from .generate import ONE_WARP
+
+        extra = {"BLOCK": self.block} if block else {}
+        if name in ONE_WARP:                 # the rANS kernels' vectors are a chunk's 32 lanes: one warp
+            extra["num_warps"] = 1
+        getattr(self.mod, name)[(grid,)](*args, **extra)
 
     def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
-        self.mod.enc_stats[(grid,)](words, numel, cs, stats, nz16, nz64, nb16, nb64, BLOCK=self.block)
+        self._run("enc_stats", grid, words, numel, cs, stats, nz16, nz64, nb16, nb64, block=True)
 
-    # the rANS kernels' vectors are the 32 lanes of a chunk: one warp per program, none idle
     def rans(self, grid, words, rows, freq, cum, nzb, counts, scratch):
-        self.mod.enc_rans[(grid,)](words, rows, freq, cum, nzb, counts, scratch, num_warps=1)
+        self._run("enc_rans", grid, words, rows, freq, cum, nzb, counts, scratch)
 
     def place(self, grid, rows, scratch, out):
-        self.mod.enc_place[(grid,)](rows, scratch, out, BLOCK=self.block)
+        self._run("enc_place", grid, rows, scratch, out, block=True)
 
     def planes(self, grid, words, rows, freq, nzb, out, scratch):
-        self.mod.enc_planes[(grid,)](words, rows, freq, nzb, out, scratch, BLOCK=self.block)
+        self._run("enc_planes", grid, words, rows, freq, nzb, out, scratch, block=True)
 
     def copy(self, grid, words, rows, out):
-        self.mod.enc_copy[(grid,)](words, rows, out, BLOCK=self.block)
+        self._run("enc_copy", grid, words, rows, out, block=True)
 
     def dec_copy(self, grid, buf, rows, words):
-        self.mod.dec_copy[(grid,)](buf, rows, words, BLOCK=self.block)
+        self._run("dec_copy", grid, buf, rows, words, block=True)
 
     def decode(self, grid, buf, metas, tables, his, nzb, words, err):
-        self.mod.decode_coded_chunks[(grid,)](buf, metas, tables, his, nzb, words, err, num_warps=1)
+        self._run("decode_coded_chunks", grid, buf, metas, tables, his, nzb, words, err)
 
     def decode_split(self, grid, buf, metas, tables, his, nzb, sym, sym_at, words, err):
         """The decode in two passes: the rANS walks (symbols to ``sym``), then the values, vectorised."""
-        self.mod.dec_symbols[(grid,)](buf, metas, tables, sym, sym_at, err, num_warps=1)
-        self.mod.dec_values[(grid,)](buf, metas, his, nzb, sym, sym_at, words, err, BLOCK=self.block)
+        self._run("dec_symbols", grid, buf, metas, tables, sym, sym_at, err)
+        self._run("dec_values", grid, buf, metas, his, nzb, sym, sym_at, words, err, block=True)
 
 
 # the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32
