@@ -234,11 +234,10 @@ def _device_heads(h, buf_t, ids, out_at):
         n_coded[sel] = n[sel] - (zero * blen).sum(dim=1)
         pos[sel] += nbytes
         bad[sel] |= ~fits | (n_coded[sel] == 0)
-        keep = ~zero & (blk < nb[:, None])
-        counts = keep.sum(dim=1)
-        nzb_at[sel] = base + torch.cumsum(counts, 0) - counts
-        nzb_parts.append(torch.nonzero(keep)[:, 1])
-        base += int(counts.sum())
+        blocks, first, count = _block_lists(~zero & (blk < nb[:, None]))
+        nzb_at[sel] = base + first
+        nzb_parts.append(blocks)
+        base += count
     bad |= (n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded)
     k = _lanes(n_coded)
     w = lay.man_bits - shift
@@ -393,6 +392,15 @@ def clipped_tables(cb, ref, lay):
     return freq, torch.cumsum(freq, dim=1) - freq
 
 
+def _block_lists(keep):
+    """The kept (non-zero) block indices of each row of ``keep`` (rows, blocks) back to back, where each
+    row's list starts, and how many there are in all."""
+    import torch
+
+    counts = keep.sum(dim=1)
+    return torch.nonzero(keep)[:, 1], torch.cumsum(counts, 0) - counts, int(counts.sum())
+
+
 def _lanes(n):
     import torch
 
@@ -457,14 +465,12 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         if not len(sel):
             continue
         nbc = -(-n[cc[sel]] // (1 << mode))
-        flags = nz[mode][cc[sel]].bool() & (torch.arange(nz[mode].shape[1], device=dev)[None, :] < nbc[:, None])
-        counts = flags.sum(dim=1)
-        nzb_at[sel] = base + torch.cumsum(counts, 0) - counts
-        nzb_parts.append(torch.nonzero(flags)[:, 1])
-        base += int(counts.sum())
-    nzb = torch.cat(nzb_parts) if nzb_parts else torch.zeros(1, dtype=torch.int64, device=dev)
-    if not len(nzb):
-        nzb = torch.zeros(1, dtype=torch.int64, device=dev)
+        blocks, first, count = _block_lists(nz[mode][cc[sel]].bool()
+                                            & (torch.arange(nz[mode].shape[1], device=dev)[None, :] < nbc[:, None]))
+        nzb_at[sel] = base + first
+        nzb_parts.append(blocks)
+        base += count
+    nzb = torch.cat(nzb_parts) if base else torch.zeros(1, dtype=torch.int64, device=dev)
     start = cc * cs
     tab = torch.arange(len(cc), device=dev)
     zero = torch.zeros_like(cc)
