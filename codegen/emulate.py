@@ -19,7 +19,9 @@ import re
 import shutil
 import subprocess
 
-from .generate import cache_dir, generate
+from .generate import cache_dir, cuda_entry_points, generate
+
+ARCH = "sm_90"          # the source it compiles (the generated files differ by arch in their name only)
 
 PRELUDE = r"""
 #include <barrier>
@@ -71,15 +73,10 @@ static void emu_launch(F kernel, unsigned grid, unsigned block, A... args) {
 }
 """
 
-_KERNEL = re.compile(r'extern "C" __global__ void __launch_bounds__\(\d+\)\s*(\w+)\(([^)]*)\)')
-
-
 def wrappers(source: str) -> str:
     """``extern "C" void emu_NAME(unsigned grid, unsigned block, <the kernel's parameters>)`` for every kernel."""
-    plain = re.sub(r"//[^\n]*", "", source)
     out = []
-    for name, params in _KERNEL.findall(plain):
-        decls = [" ".join(p.split()) for p in params.split(",")]
+    for name, (_, decls, _) in cuda_entry_points(source).items():
         names = [re.findall(r"\w+", d)[-1] for d in decls]
         out.append(f'extern "C" void emu_{name}(unsigned grid, unsigned block, {", ".join(decls)}) '
                    f'{{ emu_launch({name}, grid, block, {", ".join(names)}); }}')
@@ -95,13 +92,13 @@ def sanitizing() -> bool:
 
 
 @functools.cache
-def load(dtype: str, kinds: tuple = ()):
-    """The emulation library of ``dtype``'s generated CUDA source (compiled once, then cached).
-    ``kinds``: ``((kernel name, argument kinds), ...)`` (p pointer, q int64, i int32) to set argtypes."""
+def load(dtype: str):
+    """The emulation library of ``dtype``'s generated CUDA source (compiled once, then cached), with
+    ``emu_NAME(grid, block, ...)`` for every kernel, argument types set."""
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         raise RuntimeError("no host C++ compiler (g++, c++ or clang++) to emulate the CUDA kernels")
-    path = generate("cuda", dtype, "sm_90")
+    path = generate("cuda", dtype, ARCH)
     src = PRELUDE + path.read_text()
     src += wrappers(src)
     src = src.replace('#include "zipccl_codec.cuh"', (path.parent / "zipccl_codec.cuh").read_text())
@@ -120,7 +117,7 @@ def load(dtype: str, kinds: tuple = ()):
         tmp.replace(lib)
     handle = ctypes.CDLL(str(lib))
     types = {"p": ctypes.c_void_p, "q": ctypes.c_int64, "i": ctypes.c_int}
-    for name, k in kinds:
+    for name, (_, _, k) in cuda_entry_points(path.read_text()).items():
         fn = getattr(handle, "emu_" + name)
         fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [types[c] for c in k]
         fn.restype = None

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import codec
@@ -194,4 +195,19 @@ def compile_triton(dtype: str, arch: str, kernels=None) -> dict:
         compiled = triton.compile(src, target=GPUTarget("cuda", int(arch[3:]), 32),
                                   options={"num_warps": 1} if name in ONE_WARP else {})
         out[name] = len(compiled.asm["cubin"])
+    return out
+
+
+_CUDA_ENTRY = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\)\s*(\w+)\(([^)]*)\)')
+
+
+def cuda_entry_points(source: str) -> dict:
+    """``{name: (threads per block, [parameter declarations], kinds)}`` of a generated CUDA file's
+    kernels, read from the source itself; kinds: one letter a parameter, p pointer, q int64, i int32."""
+    plain = re.sub(r"//[^\n]*", "", source)
+    out = {}
+    for bounds, name, params in _CUDA_ENTRY.findall(plain):
+        decls = [" ".join(p.split()) for p in params.split(",")]
+        kinds = "".join("p" if "*" in d else "q" if d.startswith("i64 ") else "i" for d in decls)
+        out[name] = (int(bounds), decls, kinds)
     return out

@@ -92,30 +92,24 @@ class TritonKernels:
         self._run("dec_values", grid, buf, metas, his, nzb, sym, sym_at, words, err, block=True)
 
 
-# the CUDA kernels' launch shapes (threads per block) and argument kinds: p pointer, q int64, i int32
-_CUDA_KERNELS = {
-    "enc_stats": (256, "pqqpppqq"),
-    "enc_rans": (32, "ppppppp"),
-    "enc_place": (256, "ppp"),
-    "enc_planes": (32, "pppppp"),
-    "enc_copy": (256, "ppp"),
-    "dec_copy": (256, "ppp"),
-    "decode": (32, "ppppppp"),
-}
-
-
 class _CudaSet:
-    """The seven calls on top of a ``_launch(name, grid, threads, args)`` of one of the CUDA kernels."""
+    """The seven calls on top of a ``_launch(name, grid, threads, kinds, args)`` of one of the CUDA
+    kernels; block sizes and argument kinds come from the generated source (``__launch_bounds__``, the
+    parameter list: :func:`codegen.generate.cuda_entry_points`)."""
 
-    def __init__(self, lay):
+    def __init__(self, lay, source: str):
+        from .generate import cuda_entry_points
+
         self.lay = lay
+        self.entries = cuda_entry_points(source)
 
     def _call(self, name, grid, *args):
-        threads, kinds = _CUDA_KERNELS[name]
+        name = f"zipccl_{name}_{self.lay.name}"
+        threads, _, kinds = self.entries[name]
         if len(args) != len(kinds):
             raise TypeError(f"{name}: {len(args)} arguments, {len(kinds)} expected")
         if grid:
-            self._launch(f"zipccl_{name}_{self.lay.name}", grid, threads, kinds, args)
+            self._launch(name, grid, threads, kinds, args)
 
     def stats(self, grid, words, numel, cs, stats, nz16, nz64, nb16, nb64):
         self._call("enc_stats", grid, words, numel, cs, stats, nz16, nz64, nb16, nb64)
@@ -145,7 +139,6 @@ class CudaKernels(_CudaSet):
     dialect = "cuda"
 
     def __init__(self, lay):
-        super().__init__(lay)
         import torch
         from cuda.core import Device, Program, ProgramOptions
 
@@ -161,10 +154,10 @@ class CudaKernels(_CudaSet):
         self.device = Device(torch.cuda.current_device())
         self.device.set_current()
         path = generate("cuda", lay.name, arch)
-        names = [f"zipccl_{k}_{lay.name}" for k in _CUDA_KERNELS]
+        super().__init__(lay, path.read_text())
         options = ProgramOptions(arch=arch, std="c++17", include_path=str(path.parent))
         module = Program(path.read_text(), code_type="c++", options=options).compile("cubin")
-        self.kernels = {n: module.get_kernel(n) for n in names}
+        self.kernels = {n: module.get_kernel(n) for n in self.entries}
 
     def _launch(self, name, grid, threads, kinds, args):
         import numpy as np
@@ -188,11 +181,11 @@ class EmulatedCudaKernels(_CudaSet):
     dialect = "cuda-emulated"
 
     def __init__(self, lay):
-        super().__init__(lay)
         from . import emulate
+        from .generate import generate
 
-        kinds = tuple((f"zipccl_{k}_{lay.name}", v) for k, (_, v) in _CUDA_KERNELS.items())
-        self.lib = emulate.load(lay.name, kinds)
+        super().__init__(lay, generate("cuda", lay.name, emulate.ARCH).read_text())
+        self.lib = emulate.load(lay.name)
 
     def _launch(self, name, grid, threads, kinds, args):
         import ctypes
