@@ -151,6 +151,13 @@ def _on_device(x):
     return torch.as_tensor(x, device="cuda")       # __cuda_array_interface__ alone (Numba's device arrays)
 
 
+def _device_dialect(backend: str, what: str, on) -> str:
+    """The kernels' dialect for data on a device (or sent there by a device backend): "auto" is Triton."""
+    if backend not in ("auto",) + DEVICE_BACKENDS:
+        raise ValueError(f"backend {backend!r} runs on the CPU; this {what} is on {on.device}")
+    return "triton" if backend == "auto" else backend
+
+
 def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
     """Encode with the generated kernels of ``dialect``: ``x`` on a CUDA device (``dev_x``), or a host
     tensor copied to the GPU (or, for Triton, encoded on the CPU under TRITON_INTERPRET)."""
@@ -248,10 +255,8 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     """
     dev_x = _on_device(x)
     if dev_x is not None or backend in DEVICE_BACKENDS:
-        if backend not in ("auto",) + DEVICE_BACKENDS:
-            raise ValueError(f"backend {backend!r} runs on the CPU; this tensor is on {dev_x.device}")
         return _encode_device(x, dev_x, chunk_size, checksum, partition, out,
-                              "triton" if backend == "auto" else backend)
+                              _device_dialect(backend, "tensor", dev_x))
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
     impl = _backend(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
@@ -347,16 +352,15 @@ def decode(buf, *, out=None, backend: str = "auto"):
 
     Returns an array of the original dtype and shape: a torch tensor if a torch tensor was
     encoded and torch is importable, else a NumPy array.  A stream in a 1-D uint8 CUDA tensor (or CuPy
-    array) is decoded on that device into a tensor there (``backend`` "auto"/"triton" or "cuda").  ``out``: a C-contiguous array or CPU
-    tensor of the same dtype and number of elements, decoded into in place and returned (if the
+    array) is decoded on that device into a tensor there (``backend`` "auto"/"triton" or "cuda").
+    ``out``: a C-contiguous array or tensor (on the stream's device) of the same dtype and number of
+    elements, decoded into in place and returned (if the
     stream turns out to be bad, ``out`` may be partly overwritten before the error is raised).
     Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
     """
     dev_buf = _on_device(buf)
     if dev_buf is not None:
-        if backend not in ("auto",) + DEVICE_BACKENDS:
-            raise ValueError(f"backend {backend!r} runs on the CPU; this stream is on {dev_buf.device}")
-        return _decode_device(buf, dev_buf, out, "triton" if backend == "auto" else backend)
+        return _decode_device(buf, dev_buf, out, _device_dialect(backend, "stream", dev_buf))
     if out is not None:
         dst, lay = _out_words(out)
 
