@@ -174,7 +174,7 @@ def test_triton_rans_lanes(k):
     sym = ref._symbols(e, (sm >> 6) & 1, w == 0, r, freq)
     states, words = ref.rans_encode(sym[None, :], freq[None, :].astype(np.int64), cum[None, :-1].astype(np.int64), k)
     t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64))  # noqa: E731
-    wt = torch.from_numpy(w.view(np.int16).copy()).view(torch.uint16)
+    wt = _words(x)
     rows = t([[0, len(w), k, 0, 0, 0, r, 0, 0]])
     counts = torch.zeros((1, 3), dtype=torch.int64)
     mod = gen.load_triton("bfloat16")
