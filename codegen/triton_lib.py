@@ -35,11 +35,22 @@ N_META = tl.constexpr(14)
 
 
 @triton.jit
-def _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift, mode, nzb_at, zv,
-            E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
-    """Words of coded values ``i`` (symbols ``s``): residual bits from the plane, exponent and leading bit
-    from the symbol or the escape plane; ``kk``/``ke``: non-ZERO values and escapes before this vector.
-    Returns the words, their chunk positions, a fault flag and the vector's non-ZERO and escape counts."""
+def _meta_row(meta, c):
+    """Chunk ``c``'s row of the decoders' meta table (codegen.device.decode_into builds it): states, words,
+    word count, residual plane, escapes, non-ZERO count, escape count, coded values, shift, table row,
+    output offset, zero-block mode, block-list offset, lanes."""
+    mrow = meta + c * N_META
+    return (tl.load(mrow + 0), tl.load(mrow + 1), tl.load(mrow + 2), tl.load(mrow + 3), tl.load(mrow + 4),
+            tl.load(mrow + 5), tl.load(mrow + 6), tl.load(mrow + 7), tl.load(mrow + 8), tl.load(mrow + 9),
+            tl.load(mrow + 10), tl.load(mrow + 11), tl.load(mrow + 12), tl.load(mrow + 13))
+
+
+@triton.jit
+def _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift, mode,
+            nzb_at, zv, E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
+    """Write the words of coded values ``i`` (symbols ``s``) to ``out``: residual bits from the plane,
+    exponent and leading bit from the symbol or the escape plane; ``kk``/``ke``: non-ZERO values and
+    escapes before this vector.  Returns a fault flag and the vector's non-ZERO and escape counts."""
     width = M - shift
     full = width // 8
     rem = width % 8
@@ -73,7 +84,8 @@ def _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_e
     blk = i >> mode
     dst = tl.where(mode == 0, i, tl.load(nzb + nzb_at + blk, mask=active & ((zv + mode) != 0), other=0) * (1 << mode)
                    + (i & ((1 << mode) - 1)))
-    return v, dst, bad, tl.sum(nzi, 0), tl.sum(esci, 0)
+    tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
+    return bad, tl.sum(nzi, 0), tl.sum(esci, 0)
 
 
 @triton.jit
@@ -116,13 +128,8 @@ def dec_symbols(
 ):
     # the split decoder's first pass: the rANS walk alone (table lookup, refills), symbols to scratch
     c = tl.program_id(0)
-    mrow = meta + c * N_META
-    states_at = tl.load(mrow + 0)
-    words_at = tl.load(mrow + 1)
-    n_words = tl.load(mrow + 2)
-    n_coded = tl.load(mrow + 7)
-    tab = tl.load(mrow + 9)
-    k = tl.load(mrow + 13)
+    (states_at, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab, out_at, mode, nzb_at,
+     k) = _meta_row(meta, c)
     at = tl.load(sym_at + c)
     lanes = tl.arange(0, MAX_LANES)
     live = lanes < k
@@ -155,17 +162,8 @@ def dec_values(
 ):
     # the split decoder's second pass: whole vectors of values at once, no serial dependence but two sums
     c = tl.program_id(0)
-    mrow = meta + c * N_META
-    plane_at = tl.load(mrow + 3)
-    esc_at = tl.load(mrow + 4)
-    n_sm = tl.load(mrow + 5)
-    n_esc = tl.load(mrow + 6)
-    n_coded = tl.load(mrow + 7)
-    shift = tl.load(mrow + 8)
-    tab = tl.load(mrow + 9)
-    out_at = tl.load(mrow + 10)
-    mode = tl.load(mrow + 11)
-    nzb_at = tl.load(mrow + 12)
+    (states_at, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab, out_at, mode, nzb_at,
+     k) = _meta_row(meta, c)
     at = tl.load(sym_at + c)
     lanes = tl.arange(0, BLOCK)
     zv = tl.zeros([BLOCK], tl.int64)
@@ -176,9 +174,8 @@ def dec_values(
         i = t + lanes
         active = i < n_coded
         s = tl.load(sym + at + i, mask=active, other=0).to(tl.int64)
-        v, dst, b, n_nz, n_es = _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift,
-                                        mode, nzb_at, zv, E, M, TOP, MAX_FULL)
-        tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
+        b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
+                                shift, mode, nzb_at, zv, E, M, TOP, MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
@@ -199,21 +196,8 @@ def decode_coded_chunks(
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
 ):
     c = tl.program_id(0)
-    mrow = meta + c * N_META
-    states_at = tl.load(mrow + 0)
-    words_at = tl.load(mrow + 1)
-    n_words = tl.load(mrow + 2)
-    plane_at = tl.load(mrow + 3)
-    esc_at = tl.load(mrow + 4)
-    n_sm = tl.load(mrow + 5)
-    n_esc = tl.load(mrow + 6)
-    n_coded = tl.load(mrow + 7)
-    shift = tl.load(mrow + 8)
-    tab = tl.load(mrow + 9)
-    out_at = tl.load(mrow + 10)
-    mode = tl.load(mrow + 11)
-    nzb_at = tl.load(mrow + 12)
-    k = tl.load(mrow + 13)
+    (states_at, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab, out_at, mode, nzb_at,
+     k) = _meta_row(meta, c)
 
     lanes = tl.arange(0, MAX_LANES)
     zv = tl.zeros([MAX_LANES], tl.int64)      # broadcasts scalars into masks (the interpreter needs vectors)
@@ -228,9 +212,8 @@ def decode_coded_chunks(
         active = live & (i < n_coded)
         s, x, ptr, b = _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words)
         bad = bad | b
-        v, dst, b, n_nz, n_es = _values(buf, hi, nzb, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift,
-                                        mode, nzb_at, zv, E, M, TOP, MAX_FULL)
-        tl.store(out + out_at + dst, v.to(out.dtype.element_ty), mask=active)
+        b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
+                                shift, mode, nzb_at, zv, E, M, TOP, MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
