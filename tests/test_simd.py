@@ -166,3 +166,47 @@ def test_forged_word_count_is_caught_after_the_simd_rounds(dtype):
     for backend in ("numba", "reference"):
         with pytest.raises(codec.FormatError, match="chunk 0: "):
             codec.decode(bytes(blob), backend=backend)
+
+
+def _widest_vectors(expected: str | None = None) -> str:
+    """The vector registers the numba kernels should use: ``ZIPCCL_EXPECT_ISA`` (set by .ci/run's
+    cross-ISA steps, which compile for another CPU with NUMBA_CPU_NAME), else the host's widest."""
+    import os
+
+    from llvmlite import binding as ll
+    from numba.core import config
+
+    want = os.environ.get("ZIPCCL_EXPECT_ISA", expected)
+    if want is None:
+        assert config.CPU_NAME is None, "NUMBA_CPU_NAME is set: say which ISA to expect in ZIPCCL_EXPECT_ISA"
+        feats = ll.get_host_cpu_features()
+        want = "avx512" if feats.get("avx512f") else "avx2" if feats.get("avx2") else "sse2"
+    return want
+
+
+def test_kernels_are_compiled_for_the_expected_instruction_set():
+    """A kernel step (16 lanes of u32 = 512 bits) compiles to zmm registers on AVX-512, ymm on AVX2 and
+    xmm on baseline x86-64: proof that a cross-ISA run (NUMBA_CPU_NAME) really tests that ISA's code."""
+    import platform
+    import re
+
+    from numba import njit
+
+    from codec._simd import fill16
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("register names checked on x86-64 only")
+
+    @njit(cache=False)
+    def step(tab, c):
+        fill16(tab, 0, c)
+
+    tab = np.zeros(16, np.uint32)
+    step(tab, 5)
+    assert np.array_equal(tab, 5 + (np.arange(16, dtype=np.uint32) << 7))
+    asm = next(iter(step.inspect_asm().values()))
+    regs = {r: len(re.findall("%" + r + r"\d", asm)) for r in ("zmm", "ymm", "xmm")}
+    want = _widest_vectors()
+    assert want in ("avx512", "avx2", "sse2"), want
+    assert (regs["zmm"] > 0) == (want == "avx512"), (want, regs)
+    assert (regs["ymm"] > 0 or regs["zmm"] > 0) == (want != "sse2"), (want, regs)

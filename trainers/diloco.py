@@ -21,6 +21,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .determinism import pinned
+
 
 # -------------------------------------------------------------------------------- data
 def stdlib_bytes(limit: int = 4 << 20) -> np.ndarray:
@@ -134,8 +136,13 @@ class DiLoCoConfig:
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     compress: bool = True
+    # torch intra-op threads while an outer step runs; fixed, with deterministic algorithms, so that the
+    # local steps compute the same bits every time (trainers.determinism); 0 = keep the caller's setting
+    threads: int = 1
 
     def validate(self):
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: keep torch's setting), got {self.threads}")
         if self.inner_steps < 1:
             raise ValueError(f"inner_steps (H) must be >= 1, got {self.inner_steps}")
         if not 0 < self.outer_lr <= 2:
@@ -160,7 +167,12 @@ class DiLoCo:
 
     def outer_step(self, data_iter) -> float:
         """H inner steps on this worker's data, then the averaged pseudo-gradient update. Returns the mean
-        inner loss."""
+        inner loss.  Runs with ``cfg.threads`` torch threads and deterministic algorithms
+        (:func:`trainers.determinism.pinned`): the bits depend only on the data and the state."""
+        with pinned(self.cfg.threads):
+            return self._outer_step(data_iter)
+
+    def _outer_step(self, data_iter) -> float:
         import collectives
 
         loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)

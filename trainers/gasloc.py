@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .determinism import pinned
 from .diloco import WireStats, local_steps
 
 
@@ -37,9 +38,12 @@ class GASLoCConfig:
     edges: list | None = None                 # allowed peer pairs; None: complete graph
     compress: bool = True
     seed: int = 0
+    threads: int = 1                          # torch intra-op threads in outer_step (see DiLoCoConfig)
     _adj: dict = field(default_factory=dict, repr=False)
 
     def validate(self, world: int):
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: keep torch's setting), got {self.threads}")
         if self.inner_steps < 1:
             raise ValueError(f"inner_steps (H) must be >= 1, got {self.inner_steps}")
         if self.topology not in ("random-matching", "complete-average"):
@@ -109,6 +113,12 @@ class GASLoC:
                 off += p.numel()
 
     def outer_step(self, data_iter) -> float:
+        """H local steps, then the gossip exchange; with ``cfg.threads`` torch threads and deterministic
+        algorithms (:func:`trainers.determinism.pinned`). Returns the mean inner loss."""
+        with pinned(self.cfg.threads):
+            return self._outer_step(data_iter)
+
+    def _outer_step(self, data_iter) -> float:
         import collectives
 
         theta0 = self._flat().clone()

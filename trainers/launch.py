@@ -48,7 +48,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--checkpoint-every", type=int, default=1)
     ap.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a silent peer counts as dead")
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads of the training steps, fixed for the run (with deterministic "
+                         "algorithms) so that runs are bit-reproducible; 0: torch's default")
     ap.add_argument("--log-json", action="store_true", help="every rank prints one JSON line per round")
     return ap
 
@@ -69,8 +71,6 @@ def train(a: argparse.Namespace, on_round=None) -> Result:
         raise ValueError(f"--checkpoint-every must be >= 1, got {a.checkpoint_every}")
     if a.resume and not a.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir")
-    if a.threads:
-        torch.set_num_threads(a.threads)
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank = dist.get_rank()
@@ -80,12 +80,13 @@ def train(a: argparse.Namespace, on_round=None) -> Result:
     torch.manual_seed(a.seed)
     model = TinyGPT(GPTConfig(dim=a.dim, layers=a.layers, heads=a.heads, block=a.block))
     if a.algo == "diloco":
-        trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress))
+        trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress,
+                                                    threads=a.threads))
     else:
         from .gasloc import GASLoC, GASLoCConfig
 
         trainer = GASLoC(model, GASLoCConfig(inner_steps=a.inner_steps, compress=not a.no_compress, seed=a.seed,
-                                             gamma=a.gamma, alpha=a.alpha))
+                                             gamma=a.gamma, alpha=a.alpha, threads=a.threads))
     start = 0
     if a.resume:
         state = checkpoint.load(a.checkpoint_dir)
