@@ -144,10 +144,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
-    import numba
-
     import codec
     from bench.peers import zipnn
+
+    default_threads = codec.get_num_threads()
 
     def measure(name, x):
         mb = x.nbytes / 1e6
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         row = {"input": name, "dtype": x.dtype.name, "MB": mb, "memcpy_MBps": mb / mcp,
                "zipnn_ratio": x.nbytes / z[0][0], "zipnn_enc_MBps": mb / z_enc, "zipnn_dec_MBps": mb / z_dec}
         for threads in (1, 2):
-            numba.set_num_threads(threads)
+            codec.set_num_threads(threads)
             codec.decode(codec.encode(x))                       # untimed: settle the thread count
             te, blob = _best(lambda: codec.encode(x), args.repeat)
             td, y = _best(lambda: codec.decode(blob), args.repeat)
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     spread = {k: [(min(r[i][k] for r in runs), max(r[i][k] for r in runs)) for i in range(len(inputs))]
               for k in ("enc_vs_zipnn", "dec_vs_zipnn", "enc_2t_scaling", "enc_out_2t_scaling", "dec_2t_scaling",
                         "dec_out_2t_scaling")}
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    codec.set_num_threads(default_threads)
 
     n = (4 if args.quick else 32) << 20
     mem = {what: _in_child("zipccl", what, "bfloat16", n) for what in ("encode", "decode")}

@@ -1,7 +1,9 @@
 """CPU fast path: numba kernels that produce exactly the reference's bytes.
 
-Same contract as :mod:`reference` (``encode_chunks`` / ``decode_chunks``); one chunk per
-``prange`` iteration, no per-value Python work, scratch per chunk only.  Every offset and
+Same contract as :mod:`reference` (``encode_chunks`` / ``decode_chunks``); the threads of a call
+(:mod:`codec._threads`: plain threads around ``nogil`` kernels, safe under fork and under
+concurrent callers) claim chunks through atomic counters; no per-value Python work, scratch per
+chunk only.  Every offset and
 count read from a stream is validated inside the kernel before it is used (numba does no
 bounds checking): a bad chunk sets an error code, which becomes :class:`codec.FormatError`.
 
@@ -13,7 +15,7 @@ import sys
 import threading
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
@@ -21,6 +23,7 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
                      Header)
 from .layouts import FloatLayout
+from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, rans_decode16, rans_decode16_values,
                     rans_encode16, stats16, fill16, values16_escaped, values16_window)
 
@@ -546,10 +549,11 @@ def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
     return size
 
 
-@njit(cache=True, parallel=True, nogil=True)
-def _encode_window(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
-                   threads, c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
-    """One window of chunks ``[c0, c1)`` on ``threads`` threads, which end together: every chunk is
+@njit(cache=True, nogil=True, **kernel_options())
+def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+                   c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
+    """Thread ``t``'s part of one window of chunks ``[c0, c1)`` (:func:`codec._threads.run` runs it on
+    every thread; they end together): every chunk is
     claimed through the shared counter ``ctl[_CLAIMED]``.  Thread 0 codes from ``c0`` upwards straight
     into ``dst[pos:]`` (its payloads' offsets are known as it goes); the others code from ``c1``
     downwards into ``scratch`` (chunk ``c`` at byte ``(c - c0) * chunk_size * itemsize``), whose
@@ -560,24 +564,23 @@ def _encode_window(words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offse
     thread running them all) gives the same bytes: the split only decides where a payload is coded."""
     n = c1 - c0
     raw = chunk_size * itemsize
-    for t in prange(threads):
-        if t == 0:
-            at = pos
-            c = c0
-            while fetch_add(ctl, _CLAIMED, 1) < n:
-                at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
-                                     zero_thresholds, dst, at, (c + 1) * chunk_size, kinds, sizes)
-                c += 1
+    if t == 0:
+        at = pos
+        c = c0
+        while fetch_add(ctl, _CLAIMED, 1) < n:
+            at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                                 zero_thresholds, dst, at, (c + 1) * chunk_size, kinds, sizes)
+            c += 1
+    j = fetch_add(ctl, _COPIED, 1)
+    while j < len(prev_at):
+        c = prev_first + j
+        copy_bytes(dst, prev_at[j], prev, (c - prev_c0) * raw, sizes[c])
         j = fetch_add(ctl, _COPIED, 1)
-        while j < len(prev_at):
-            c = prev_first + j
-            copy_bytes(dst, prev_at[j], prev, (c - prev_c0) * raw, sizes[c])
-            j = fetch_add(ctl, _COPIED, 1)
-        if t != 0:
-            while fetch_add(ctl, _CLAIMED, 1) < n:
-                c = c1 - 1 - fetch_add(ctl, _BACK, 1)
-                _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
-                               zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
+    if t != 0:
+        while fetch_add(ctl, _CLAIMED, 1) < n:
+            c = c1 - 1 - fetch_add(ctl, _BACK, 1)
+            _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+                           zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -668,9 +671,7 @@ def empty(n: int, dtype) -> np.ndarray:
     raw = np.empty(span + _HUGE, np.uint8)
     addr = raw.ctypes.data
     off = -addr % _HUGE
-    import numba
-
-    if numba.get_num_threads() == 1:
+    if get_num_threads() == 1:
         madvise(addr + off, span, _MADV_POPULATE_WRITE)    # advice only: older kernels refuse it
     return raw[off:off + nbytes].view(dtype)
 
@@ -712,6 +713,13 @@ def shrink(out: bytearray, n: int) -> None:
 SCRATCH_BYTES = 16 << 20    # bound on the per-thread scratch of encode_into (several numba threads)
 
 
+def _counters(n: int) -> np.ndarray:
+    """``n`` zeroed int64 claim counters, each on a 64-byte cache line of its own (counter ``i`` at
+    index ``8 * i``), shared by the threads of one call."""
+    ctl = np.zeros(8 * n + 8, np.int64)
+    return ctl[-ctl.ctypes.data % 64 // 8:][:8 * n]
+
+
 def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
     """Encode ``words`` into ``dst[pos:]`` (a writeable uint8 array), which must hold their raw size
     (the caller's buffer, or a bytearray grown by :func:`reserve`); return the chunks' kinds, payload
@@ -730,15 +738,12 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     sizes = np.zeros(n_chunks, np.int64)
     if len(dst) < pos + numel * w:
         raise ValueError(f"out holds {len(dst) - pos} bytes after offset {pos}, {numel * w} needed")
-    import numba
-
-    threads = min(numba.get_num_threads(), max(1, n_chunks))
+    threads = min(get_num_threads(), max(1, n_chunks))
     raw = chunk_size * w
     win = max(1, n_chunks if threads == 1 else SCRATCH_BYTES // 2 // raw)
     halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
-    ctl = np.zeros(32, np.int64)
-    ctl = ctl[-ctl.ctypes.data % 64 // 8:][:24]     # three counters, each on a cache line of its own
-    consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(), threads)
+    ctl = _counters(3)
+    consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64())
     no_prev = np.empty(0, np.int64)
     prev_c0 = prev_first = 0
     prev_at = no_prev
@@ -747,8 +752,8 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         c1 = min(n_chunks, c0 + win)
         front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
         ctl[:] = 0
-        _encode_window(*consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0, prev_first,
-                       prev_at, kinds, sizes, ctl)
+        run(_encode_window, threads, *consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0,
+            prev_first, prev_at, kinds, sizes, ctl)
         first_back = c1 - int(ctl[_BACK])
         at = front + int(sizes[c0:first_back].sum())
         prev_c0, prev_first = c0, first_back
@@ -757,8 +762,8 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         last = r
     if len(prev_at):            # the last window's back chunks
         ctl[:] = 0
-        _encode_window(*consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2], prev_c0,
-                       prev_first, prev_at, kinds, sizes, ctl)
+        run(_encode_window, threads, *consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2],
+            prev_c0, prev_first, prev_at, kinds, sizes, ctl)
     crcs = None
     if checksum:
         from .format import crc32c
@@ -1187,12 +1192,16 @@ def _decoder(lay: FloatLayout):
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
 
-        def decode_all(buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors):
-            for pair in prange((len(kinds) + 1) // 2):
+        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors):
+            # every thread claims the next pair of chunks until none is left
+            n_pairs = (len(kinds) + 1) // 2
+            pair = fetch_add(ctl, 0, 1)
+            while pair < n_pairs:
                 _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
                              freqs, out, errors)
+                pair = fetch_add(ctl, 0, 1)
 
-        kernel = _DECODERS[lay.code] = njit(cache=True, parallel=True, nogil=True)(decode_all)
+        kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(decode_all)
     return kernel
 
 
@@ -1206,8 +1215,9 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     ends = h.ends[sel] + h.payload_start
     starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
     errors = np.zeros(len(chunks), np.int64)
-    _decoder(lay)(mv, starts.astype(np.int64), ends.astype(np.int64), _readonly(np.ascontiguousarray(h.kinds[sel])),
-                  chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
+    threads = min(get_num_threads(), (len(chunks) + 1) // 2)
+    run(_decoder(lay), threads, _counters(1), mv, starts.astype(np.int64), ends.astype(np.int64),
+        _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
     bad = np.flatnonzero(errors)
     if len(bad):
         j = int(bad[0])

@@ -363,6 +363,8 @@ def decode(buf, *, out=None, backend: str = "auto"):
         return _decode_device(buf, dev_buf, out, _device_dialect(backend, "stream", dev_buf))
     if out is not None:
         dst, lay = _out_words(out)
+        if np.may_share_memory(dst, np.frombuffer(memoryview(buf).cast("B"), np.uint8)):
+            raise ValueError("out overlaps the stream being decoded: decode into a separate buffer")
 
         def dest(h, n):
             if lay is not h.layout or dst.size != n:

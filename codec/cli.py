@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import json
 import math
 import mmap
@@ -70,6 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import format as fmt
+from .atomic import atomic_write
 from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, decode as _decode, encode as _encode, inspect as _inspect_stream
 from .format import FormatError
 from .layouts import SUPPORTED, FloatLayout, layout_for
@@ -325,11 +325,6 @@ def _check_paths(src: str, dst: str) -> None:
         raise UsageError(f"output {dst} is the input file")
 
 
-def _tmp_path(dst: str) -> str:
-    d, base = os.path.split(os.path.abspath(dst))
-    return os.path.join(d, f".{base}.tmp{os.getpid()}")
-
-
 def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format: str | None = None,
                   chunk_size: int | None = None, checksum: bool = False, progress: bool = False) -> dict:
     """Compress ``src`` into the archive ``dst``; returns a summary dict (see :func:`main`)."""
@@ -351,7 +346,7 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
             meta, pieces = _plan_raw(size, forced)
         bar = _progress(size, os.path.basename(src), progress)
         try:
-            with _atomic_write(dst) as out:
+            with atomic_write(dst) as out:
                 out.write(_HEAD.pack(ARCHIVE_MAGIC, ARCHIVE_VERSION, kind, 0, size, len(meta)))
                 out.write(meta)
                 out.write(_U32.pack(len(pieces)))
@@ -374,27 +369,6 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
                 bar.close()
     stats.update(_totals(stats["tensors"], size, stats["archive_nbytes"]))
     return stats
-
-
-@contextlib.contextmanager
-def _atomic_write(dst: str):
-    """A file object for a temporary file beside ``dst``, renamed over ``dst`` only if the block
-    succeeds (removed otherwise): a failure never leaves a partial output."""
-    tmp = _tmp_path(dst)
-    try:
-        with open(tmp, "wb") as out:
-            yield out
-        os.replace(tmp, dst)
-    except BaseException:
-        _unlink(tmp)
-        raise
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _write_entry_head(out, name: str, flags: int, bound: float, blob_len: int) -> None:
@@ -574,7 +548,7 @@ def decompress_file(src: str, dst: str, *, progress: bool = False) -> dict:
         archive_nbytes = len(mv)
         bar = _progress(size, os.path.basename(dst), progress)
         try:
-            with _atomic_write(dst) as out:
+            with atomic_write(dst) as out:
                 prefix = meta if _META_IN_FILE[kind] else b""
                 out.write(prefix)
                 crc, written = _crc_update(prefix, 0), len(prefix)
@@ -621,7 +595,7 @@ def _checked_header(blob, name: str) -> fmt.Header:
 
 def _decompress_stream(mv, src: str, dst: str) -> dict:
     h, words = _stream_words(mv, os.path.basename(src))
-    with _atomic_write(dst) as out:
+    with atomic_write(dst) as out:
         out.write(memoryview(words.view(np.uint8)))
     return {"input": src, "output": dst, "kind": "stream", "original_nbytes": words.nbytes,
             "archive_nbytes": len(mv), "n_entries": 1, "dtype": h.layout.name, "shape": h.shape}

@@ -218,13 +218,15 @@ def parse_header(buf, length: int | None = None) -> Header:
     if len(mv) - pos < table:
         raise FormatError(f"stream truncated: chunk table of {n_chunks} chunks needs {table} bytes, "
                           f"{len(mv) - pos} left")
-    kinds = np.frombuffer(mv, dtype=np.uint8, count=n_chunks, offset=pos)
+    # copies, not views: the header must not change if the caller's buffer does (decoding into an
+    # ``out`` that overlaps the stream would otherwise rewrite the chunk table under the decoder)
+    kinds = np.frombuffer(mv, dtype=np.uint8, count=n_chunks, offset=pos).copy()
     pos += n_chunks
     ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
     pos += 8 * n_chunks
     crcs = None
     if checksum:
-        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos)
+        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
         pos += 4 * n_chunks
         (stored,) = struct.unpack_from("<I", mv, pos)
         if crc32c(mv[:pos]) != stored:

@@ -13,12 +13,13 @@ dies while saving leaves at most a partial ``round-…`` directory, which :func:
 """
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from codec.atomic import atomic_write
 
 
 class CheckpointError(RuntimeError):
@@ -26,12 +27,10 @@ class CheckpointError(RuntimeError):
 
 
 def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
+    """``write(f)`` into a fresh temporary beside ``path`` (unpredictable name, never following a planted
+    link), fsynced and renamed over it; removed on failure or SIGTERM (codec.atomic)."""
+    with atomic_write(path) as f:
         write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def round_dir(root, rnd: int) -> Path:
