@@ -151,6 +151,18 @@ def _on_device(x):
     return torch.as_tensor(x, device="cuda")       # __cuda_array_interface__ alone (Numba's device arrays)
 
 
+def _host_stream(buf):
+    """A stream held on the host as something ``memoryview`` takes: a uint8 CPU tensor (what
+    ``encode(x, out=tensor)`` returns) becomes its NumPy view; anything else is returned as is."""
+    if _is_torch(buf) and buf.device.type == "cpu":
+        import torch
+
+        if buf.dtype != torch.uint8 or buf.dim() != 1:
+            raise ValueError(f"a stream in a tensor must be a 1-D uint8 tensor, got {buf.dtype} {tuple(buf.shape)}")
+        return buf.detach().contiguous().numpy()
+    return buf
+
+
 def _device_dialect(backend: str, what: str, on) -> str:
     """The kernels' dialect for data on a device (or sent there by a device backend): "auto" is Triton."""
     if backend not in ("auto",) + DEVICE_BACKENDS:
@@ -212,6 +224,17 @@ def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False
     return _encode_plan(x, chunk_size, partition, checksum)[-1]
 
 
+def _input_memory(x) -> np.ndarray:
+    """A NumPy view of the memory ``x`` itself occupies, whatever its strides (the words handed to the
+    encoder may be a contiguous copy of it); an empty array when ``x`` is not on the host."""
+    if _is_torch(x):
+        t = x.detach()
+        if t.device.type != "cpu":
+            return np.empty(0, np.uint8)
+        return t.view(_torch_ints(layout_for(t.dtype))).numpy()
+    return np.asarray(x)
+
+
 def _out_bytes(out):
     """A writeable uint8 view of a caller's encode buffer, and how to return its first n bytes."""
     if _is_torch(out):
@@ -265,7 +288,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         if len(dst) < bound:
             raise ValueError(f"out holds {len(dst)} bytes; encoding this tensor may need {bound} "
                              "(codec.max_encoded_size)")
-        if np.may_share_memory(dst, words):
+        if np.may_share_memory(dst, words) or np.may_share_memory(dst, _input_memory(x)):
             raise ValueError("out overlaps the tensor being encoded")
     else:
         buf = bytearray(pos)
@@ -334,15 +357,48 @@ def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
     return torch.from_numpy(signed).view(getattr(torch, lay.name)).reshape(shape)
 
 
+def _writable_memory(addr: int, nbytes: int) -> bool:
+    """Whether the process may write ``[addr, addr + nbytes)`` (Linux: the mappings' permissions in
+    /proc/self/maps; elsewhere assumed so).  A tensor over a read-only mapping (``np.memmap`` mode
+    "r" through ``torch.from_numpy``) looks writeable to torch and NumPy alike; writing it faults."""
+    if nbytes == 0:
+        return True
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+    except OSError:
+        return True
+    end, at = addr + nbytes, addr
+    for line in lines:                      # sorted by address
+        span, perms = line.split()[:2]
+        lo, hi = (int(v, 16) for v in span.split("-"))
+        if hi <= at:
+            continue
+        if lo > at or "w" not in perms:
+            return False
+        at = hi
+        if at >= end:
+            return True
+    return False
+
+
 def _out_words(out):
     """The words of a caller's ``out`` to decode into, in place (never a copy)."""
     if _is_torch(out):
         if out.device.type != "cpu" or not out.is_contiguous():
             raise ValueError("out must be a contiguous CPU tensor")
         lay = layout_for(out.dtype)
+        # torch's own allocations are writable; memory it was handed (from_numpy, frombuffer, DLPack:
+        # storage that cannot be resized) may be a read-only mapping
+        if not out.untyped_storage().resizable() and \
+                not _writable_memory(out.data_ptr(), out.numel() * out.element_size()):
+            raise ValueError("out is read-only memory (a tensor over a read-only mapping)")
         return out.detach().view(-1).view(_torch_ints(lay)).numpy().view(lay.uint), lay
     if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
+    if not out.dtype.isnative:
+        raise ValueError(f"out has non-native byte order ({out.dtype.str}): decode into a native array, then "
+                         "byteswap if needed")
     lay = layout_for(out.dtype)
     return out.reshape(-1).view(lay.uint), lay
 
@@ -361,6 +417,7 @@ def decode(buf, *, out=None, backend: str = "auto"):
     dev_buf = _on_device(buf)
     if dev_buf is not None:
         return _decode_device(buf, dev_buf, out, _device_dialect(backend, "stream", dev_buf))
+    buf = _host_stream(buf)
     if out is not None:
         dst, lay = _out_words(out)
         if np.may_share_memory(dst, np.frombuffer(memoryview(buf).cast("B"), np.uint8)):
@@ -408,12 +465,13 @@ def _decode_device(buf, dev_buf, out, dialect):
 
 def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.ndarray:
     """Values of chunks ``[first, last)`` only, as a flat NumPy array (others are not touched)."""
-    h, words = _decode_words(buf, first, last, backend)
+    h, words = _decode_words(_host_stream(buf), first, last, backend)
     return words.view(h.layout.numpy_dtype)
 
 
 def slice_stream(buf, first: int, last: int) -> bytes:
     """A standalone stream of chunks ``[first, last)`` (1-D), made without decoding."""
+    buf = _host_stream(buf)
     h = fmt.parse_header(buf)
     if not 0 <= first <= last <= h.n_chunks:
         raise IndexError(f"chunk range [{first}, {last}) outside [0, {h.n_chunks}]")
@@ -429,6 +487,7 @@ def slice_stream(buf, first: int, last: int) -> bytes:
 
 def inspect(buf) -> dict:
     """Header facts and per-chunk statistics of a stream (without decoding the values)."""
+    buf = _host_stream(buf)
     h = fmt.parse_header(buf)
     lay = h.layout
     total = len(memoryview(buf).cast("B"))

@@ -209,6 +209,8 @@ def parse_header(buf, length: int | None = None) -> Header:
         raise FormatError("stream truncated inside the shape")
     shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
     pos += 8 * ndim
+    if any(d >= 1 << 63 for d in shape):                 # no array library can hold such a dimension
+        raise FormatError(f"shape {shape} has a dimension of 2**63 or more")
     numel = math.prod(shape)
     if numel > MAX_NUMEL:
         raise FormatError(f"shape {shape} has {numel} elements, more than {MAX_NUMEL}")

@@ -118,13 +118,46 @@ def _encode(t: torch.Tensor, compress: bool, checksum: bool) -> torch.Tensor:
     return out
 
 
-def _decode_into(buf: torch.Tensor, out: torch.Tensor, compress: bool) -> torch.Tensor:
+def _check_frame(stream, out: torch.Tensor, checksum: bool):
+    """The header of a frame a peer sent for ``out``, checked before anything is decoded: the dtype and
+    number of values must be ``out``'s (so the decoded size is bounded by this rank's own tensor, not
+    by what the peer announces), and a receiver that asks for checksums gets a checksummed frame."""
+    from codec import format as fmt
+    from codec.layouts import layout_for
+
+    h = fmt.parse_header(stream)
+    if h.layout is not layout_for(out.dtype):
+        raise TypeError(f"a peer sent {h.layout.name} values for a {out.dtype} tensor")
+    if h.numel != out.numel():
+        raise ValueError(f"a peer sent {h.numel} values for a tensor of {out.numel()}")
+    if checksum and not h.checksum:
+        raise codec.FormatError("a peer sent a frame without checksums although checksum=True here: "
+                                "corruption would pass undetected")
+    return h
+
+
+def _decode_into(buf: torch.Tensor, out: torch.Tensor, compress: bool, checksum: bool = False) -> torch.Tensor:
     if not compress:
+        if buf.numel() != out.numel() * out.element_size():
+            raise ValueError(f"a peer sent {buf.numel()} bytes for a tensor of {out.numel() * out.element_size()}")
         out.view(-1).copy_(buf.view(out.dtype))
         return out
-    dec = codec.decode(buf.numpy())
-    out.view(-1).copy_(dec.reshape(-1))
+    stream = buf.numpy()
+    _check_frame(stream, out, checksum)
+    if out.is_contiguous():
+        codec.decode(stream, out=out.detach())
+    else:
+        out.view(-1).copy_(codec.decode(stream).reshape(-1))
     return out
+
+
+def _frame_limit(t: torch.Tensor, compress: bool) -> int:
+    """The most bytes a frame for ``t`` can take: its raw size uncompressed; compressed, every chunk
+    stored raw with the largest chunk table (one value per chunk, with checksums)."""
+    from codec import format as fmt
+
+    raw = t.numel() * t.element_size()
+    return fmt.header_nbytes(t.dim(), t.numel(), True) + raw if compress else raw
 
 
 def _describe(t: torch.Tensor) -> torch.Tensor:
@@ -229,7 +262,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
                 out.view(-1).copy_(part)
             return
         for out, buf in zip(tensor_list, _gather_buffers(_encode(tensor, compress, checksum), group)):
-            _decode_into(buf, out, compress)
+            _decode_into(buf, out, compress, checksum)
     return _run(op, async_op)
 
 
@@ -242,10 +275,14 @@ def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksu
         n = torch.tensor([payload.numel()], dtype=torch.int64)
         dist.broadcast(n, src, group=group)
         if me != src:
+            limit = _frame_limit(tensor, compress)
+            if not 0 <= int(n) <= limit:
+                raise ValueError(f"broadcast: rank {src} announced a {int(n)}-byte frame for {tensor.numel()} "
+                                 f"values of {tensor.dtype} (at most {limit} can be right)")
             payload = torch.empty(int(n), dtype=torch.uint8)
         dist.broadcast(payload, src, group=group)
         if me != src:
-            _decode_into(payload, tensor, compress)
+            _decode_into(payload, tensor, compress, checksum)
     return _run(op, async_op)
 
 
@@ -316,10 +353,12 @@ def send(tensor, dst, group=None, *, compress=True, checksum=False, slice_bytes:
     _run(op, False)
 
 
-def _join_into(low: torch.Tensor, payload: torch.Tensor, out: torch.Tensor) -> None:
+def _join_into(low: torch.Tensor, payload: torch.Tensor, out: torch.Tensor, checksum: bool) -> None:
     from codec.planes import join_low
 
-    _as_numpy(out.view(-1))[:] = join_low(codec.decode(payload.numpy()), low.numpy()).reshape(-1)
+    stream = payload.numpy()
+    _check_frame(stream, out, checksum)
+    _as_numpy(out.view(-1))[:] = join_low(codec.decode(stream), low.numpy()).reshape(-1)
 
 
 def recv(tensor, src, group=None, *, compress=True, checksum=False):
@@ -345,15 +384,15 @@ def recv(tensor, src, group=None, *, compress=True, checksum=False):
                                       dtype=torch.uint8)
                     dist.recv(low, src, group=group)
                 dist.recv(n, src, group=group)
-                limit = 2 * part.numel() * part.element_size() + 4096
+                limit = _frame_limit(part, compress)
                 if not 0 <= int(n) <= limit:
                     raise ValueError(f"recv: sender announced a {int(n)}-byte frame for {part.numel()} values")
                 payload = torch.empty(int(n), dtype=torch.uint8)
                 dist.recv(payload, src, group=group)
                 if use_split:
-                    pending.append(pool.submit(_join_into, low, payload, part))
+                    pending.append(pool.submit(_join_into, low, payload, part, checksum))
                 else:
-                    pending.append(pool.submit(_decode_into, payload, part, compress))
+                    pending.append(pool.submit(_decode_into, payload, part, compress, checksum))
             for f in pending:
                 f.result()
     _run(op, False)
@@ -365,7 +404,7 @@ def _ring(shards, group, compress, checksum, *, reduce=True, gather=False):
     from .ring import ring
 
     return ring(shards, group, lambda t: _encode(t, compress, checksum),
-                lambda buf, out: _decode_into(buf, out, compress), reduce=reduce, gather=gather,
+                lambda buf, out: _decode_into(buf, out, compress, checksum), reduce=reduce, gather=gather,
                 global_rank=lambda r: _global(r, group))
 
 
@@ -416,7 +455,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         if algo == "gather":
             parts = [torch.empty_like(flat) for _ in range(ws)]
             for out, buf in zip(parts, _gather_buffers(_encode(flat, compress, checksum), group)):
-                _decode_into(buf, out, compress)
+                _decode_into(buf, out, compress, checksum)
             acc = parts[0].clone()
             for p in parts[1:]:
                 acc = acc + p
@@ -441,7 +480,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
             to, frm = (r + step) % ws, (r - step) % ws
             buf = _exchange(to, _encode(ins[to], compress, checksum), frm, group)
             if outs[frm].numel():
-                _decode_into(buf, outs[frm], compress)
+                _decode_into(buf, outs[frm], compress, checksum)
             elif buf.numel() and compress:
                 codec.decode(buf.numpy())          # still validate what arrived
     return _run(run, async_op)

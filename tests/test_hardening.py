@@ -52,3 +52,163 @@ def test_header_tables_are_not_views_of_the_callers_buffer():
     for i in range(len(buf)):
         buf[i] = 0
     assert np.array_equal(h.kinds, kinds) and np.array_equal(h.crcs, crcs)
+
+
+# ------------------------------------------------------------------ outputs that cannot take the values
+def test_decode_refuses_non_native_byte_order_out():
+    x = make_values("gaussian", "float32", 1000, 1, -1.0)
+    blob = codec.encode(x)
+    out = np.zeros(1000, ">f4")
+    with pytest.raises(ValueError, match="byte order"):
+        codec.decode(blob, out=out)
+    assert not out.any()
+
+
+def test_decode_refuses_a_tensor_over_read_only_memory(tmp_path):
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    x = make_values("gaussian", "float32", 1000, 1, -1.0)
+    blob = codec.encode(x)
+    p = tmp_path / "ro.bin"
+    np.zeros(1000, np.float32).tofile(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # torch warns that the array is not writable
+        t = torch.from_numpy(np.memmap(p, np.float32, "r"))
+    with pytest.raises(ValueError, match="read-only"):
+        codec.decode(blob, out=t)                        # was: SIGSEGV
+    w = torch.from_numpy(np.memmap(p, np.float32, "r+"))  # a writable mapping is fine
+    codec.decode(blob, out=w)
+    assert np.array_equal(w.numpy().view(np.uint32), x.view(np.uint32))
+
+
+def test_encode_refuses_an_out_over_a_non_contiguous_input():
+    torch = pytest.importorskip("torch")
+    x = make_values("gaussian", "float32", 100 * 64, 2, -1.0).reshape(100, 64)
+    buf = np.zeros(x.nbytes + 65536, np.uint8)
+    inside = buf[:x.nbytes].view(np.float32).reshape(100, 64)
+    inside[:] = x
+    before = buf.copy()
+    for src, out in ((inside[:, ::2], buf[256:]), (torch.from_numpy(inside)[:, ::2], torch.from_numpy(buf[256:]))):
+        with pytest.raises(ValueError, match="overlaps the tensor"):
+            codec.encode(src, out=out)
+        assert np.array_equal(buf, before)               # the caller's input is untouched
+
+
+def test_decode_takes_the_tensor_encode_out_returns():
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(make_values("laplace", "bfloat16", 5000, 3, -1.0).view(np.int16)).view(torch.bfloat16)
+    out = torch.empty(codec.max_encoded_size(x), dtype=torch.uint8)
+    stream = codec.encode(x, out=out)
+    assert isinstance(stream, torch.Tensor) and stream.dtype == torch.uint8
+    assert torch.equal(codec.decode(stream).view(torch.int16), x.view(torch.int16))
+    assert codec.inspect(stream)["numel"] == 5000
+    with pytest.raises(ValueError, match="1-D uint8"):
+        codec.decode(torch.zeros(4, dtype=torch.int32))
+
+
+def test_zero_size_shape_with_a_giant_dimension_is_a_format_error():
+    import struct
+
+    blob = bytearray(codec.encode(np.zeros((0, 3), np.float32)))
+    h = fmt.parse_header(blob)
+    struct.pack_into("<Q", blob, fmt.header_nbytes(2, 0, False) - 8, 1 << 63)   # the second dimension
+    assert h.shape == (0, 3)
+    with pytest.raises(codec.FormatError, match="2\\*\\*63"):
+        codec.decode(blob)
+
+
+# ------------------------------------------------------------------ temporaries that cannot be hijacked
+def test_atomic_write_does_not_follow_a_planted_symlink(tmp_path):
+    import os
+
+    from codec.atomic import atomic_write
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    dst = tmp_path / "out.bin"
+    for pid in range(os.getpid() - 5, os.getpid() + 5):        # every name the old scheme could pick
+        os.symlink(victim, tmp_path / f".out.bin.tmp{pid}")
+    with atomic_write(dst) as f:
+        f.write(b"new")
+    assert victim.read_bytes() == b"precious" and dst.read_bytes() == b"new"
+    from codec.atomic import _umask
+
+    assert dst.stat().st_mode & 0o777 == 0o666 & ~_umask()       # as open() makes it, not mkstemp's 0600
+    with pytest.raises(RuntimeError):
+        with atomic_write(dst) as f:
+            f.write(b"partial")
+            raise RuntimeError("fail in the middle")
+    assert dst.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.is_symlink()) == ["out.bin", "victim"]
+
+
+def test_cli_leaves_no_temporary_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "big.bin"
+    np.random.default_rng(0).normal(0, 1, 24 << 20).astype(np.float32).tofile(src)
+    dst = tmp_path / "big.zcc"
+    p = subprocess.Popen([sys.executable, "-m", "codec", "compress", str(src), str(dst), "--dtype", "float32"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(q.name.endswith(".tmp") for q in tmp_path.iterdir()):
+        time.sleep(0.005)
+        if p.poll() is not None:
+            break
+    assert p.poll() is None, "compression of 96 MB finished before its temporary was seen"
+    p.send_signal(signal.SIGTERM)
+    p.wait(60)
+    assert p.returncode in (143, -signal.SIGTERM)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["big.bin"]
+
+
+# ------------------------------------------------------------------ collectives that do not trust the peer
+def case_forged_peer(rank, ws, what):
+    """Rank 0 speaks the wire protocol of collectives.send / broadcast by hand, with a forged frame;
+    rank 1 receives with the real calls and reports what they raised."""
+    import torch
+    import torch.distributed as dist
+
+    import collectives
+
+    if rank == 0:
+        if what == "broadcast_size":
+            dist.all_gather([torch.empty(10, dtype=torch.int64) for _ in range(ws)],
+                            collectives._describe(torch.zeros(1000, dtype=torch.bfloat16)))
+            dist.broadcast(torch.tensor([4 << 40], dtype=torch.int64), 0)     # "4 TiB follow"
+            return "sent"
+        stream = {"numel": codec.encode(np.zeros(1 << 24, ml_dtypes.bfloat16)),          # 16M values, 3 KB
+                  "dtype": codec.encode(np.zeros(500, np.float32)),                        # same bytes, fp32
+                  "checksum": codec.encode(np.zeros(1000, ml_dtypes.bfloat16))}[what]
+        frame = torch.frombuffer(bytearray(stream), dtype=torch.uint8)
+        dist.send(torch.tensor([1, 0], dtype=torch.int64), 1)
+        dist.send(torch.tensor([frame.numel()], dtype=torch.int64), 1)
+        dist.send(frame, 1)
+        return "sent"
+    t = torch.zeros(1000, dtype=torch.bfloat16)
+    try:
+        if what == "broadcast_size":
+            collectives.broadcast(t, 0)
+        else:
+            collectives.recv(t, 0, checksum=(what == "checksum"))
+    except Exception as e:  # noqa: BLE001 - the test checks the type and message
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+@pytest.mark.parametrize("what,expect", [
+    ("numel", "ValueError: a peer sent 16777216 values for a tensor of 1000"),
+    ("dtype", "TypeError: a peer sent float32 values for a torch.bfloat16 tensor"),
+    ("checksum", "FormatError: a peer sent a frame without checksums"),
+    ("broadcast_size", "ValueError: broadcast: rank 0 announced a 4398046511104-byte frame")])
+def test_collectives_check_the_peers_frame_before_decoding(what, expect):
+    pytest.importorskip("torch")
+    from tests.dist_helpers import run_ranks
+
+    res = run_ranks(case_forged_peer, 2, what, timeout=120)
+    assert res[0] == "sent", res
+    assert res[1].startswith(expect), res[1]

@@ -13,6 +13,7 @@ dies while saving leaves at most a partial ``round-…`` directory, which :func:
 """
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -74,7 +75,13 @@ def load(root, group=None) -> dict | None:
     path = round_dir(root, rnd) / f"rank{rank}.pt"
     if not path.exists():
         raise CheckpointError(f"{path} is missing although LATEST names round {rnd}")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupted?): "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} does not hold a checkpoint dictionary")
     if state.get("world") != world or state.get("rank") != rank or state.get("round") != rnd:
         raise CheckpointError(f"{path} was written by rank {state.get('rank')} of {state.get('world')} "
                               f"(round {state.get('round')}); this is rank {rank} of {world}")
