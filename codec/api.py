@@ -403,7 +403,7 @@ def _out_words(out):
     return out.reshape(-1).view(lay.uint), lay
 
 
-def decode(buf, *, out=None, backend: str = "auto"):
+def decode(buf, *, out=None, backend: str = "auto", max_numel: int | None = None):
     """Decompress a stream made by :func:`encode`; bit-exact.
 
     Returns an array of the original dtype and shape: a torch tensor if a torch tensor was
@@ -412,12 +412,19 @@ def decode(buf, *, out=None, backend: str = "auto"):
     ``out``: a C-contiguous array or tensor (on the stream's device) of the same dtype and number of
     elements, decoded into in place and returned (if the
     stream turns out to be bad, ``out`` may be partly overwritten before the error is raised).
+    ``max_numel``: refuse (``ValueError``) a stream of more values than this before allocating or
+    writing anything: a service that decodes what others send bounds its memory with it (a valid
+    stream of a few KB can describe 2**40 zeros).
     Raises :class:`codec.FormatError` for any malformed, truncated or corrupted stream.
     """
     dev_buf = _on_device(buf)
     if dev_buf is not None:
         return _decode_device(buf, dev_buf, out, _device_dialect(backend, "stream", dev_buf))
     buf = _host_stream(buf)
+    if max_numel is not None:
+        h = fmt.parse_header(buf)
+        if h.numel > max_numel:
+            raise ValueError(f"the stream holds {h.numel} values, more than max_numel={max_numel}")
     if out is not None:
         dst, lay = _out_words(out)
         if np.may_share_memory(dst, np.frombuffer(memoryview(buf).cast("B"), np.uint8)):

@@ -154,6 +154,20 @@ def _progress(total: int, desc: str, enabled: bool):
                 dynamic_ncols=True)
 
 
+def _size_arg(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    if t and t[-1] in "KMGT":
+        mult, t = 1024 ** ("KMGT".index(t[-1]) + 1), t[:-1]
+    try:
+        v = int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (a number of bytes, with K, M, G or T)") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"size must be >= 0, got {text!r}")
+    return v
+
+
 # --------------------------------------------------------------------------- input planning
 def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
     head = f.read(8)
@@ -167,6 +181,8 @@ def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
         obj = json.loads(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise FormatError(f"not a safetensors file: header is not JSON ({e})") from None
+    except RecursionError:
+        raise FormatError("not a safetensors file: header JSON is nested too deeply") from None
     if not isinstance(obj, dict):
         raise FormatError("not a safetensors file: header is not a JSON object")
     start, data_len = 8 + n, size - 8 - n
@@ -176,8 +192,9 @@ def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
             continue
         try:
             dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
-            ok = (isinstance(dtype, str) and all(isinstance(s, int) and s >= 0 for s in shape)
-                  and isinstance(b, int) and isinstance(e, int) and 0 <= b <= e <= data_len)
+            ok = (isinstance(dtype, str) and isinstance(shape, list)
+                  and all(type(s) is int and s >= 0 for s in shape)              # bool is an int: refuse it
+                  and type(b) is int and type(e) is int and 0 <= b <= e <= data_len)
         except (TypeError, KeyError, ValueError):
             ok = False
         if not ok:
@@ -188,6 +205,8 @@ def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
     for b, e, name, dtype, shape in tensors:
         if b < pos and e > b:
             raise FormatError(f"not a valid safetensors file: tensor {name!r} overlaps the previous one")
+        if b < pos:                      # an empty tensor placed inside another: no bytes of its own
+            continue
         if b > pos:
             pieces.append(_Piece("(gap)", start + pos, b - pos, filler=True))
         lay = layout_for(_ST_FLOATS[dtype]) if dtype in _ST_FLOATS else None
@@ -537,14 +556,23 @@ def _stream_words(blob: memoryview, name: str) -> tuple[fmt.Header, np.ndarray]:
     return h, out
 
 
-def decompress_file(src: str, dst: str, *, progress: bool = False) -> dict:
-    """Rebuild the original file from the archive ``src`` (or the raw words of a bare stream)."""
+def _refuse_oversize(what: str, nbytes: int, max_size: int | None) -> None:
+    if max_size is not None and nbytes > max_size:
+        raise FormatError(f"{what} decompresses to {nbytes:,} bytes, more than --max-size {max_size:,}")
+
+
+def decompress_file(src: str, dst: str, *, progress: bool = False, max_size: int | None = None) -> dict:
+    """Rebuild the original file from the archive ``src`` (or the raw words of a bare stream).
+    ``max_size``: refuse (FormatError) an output larger than this many bytes before writing any."""
     _check_paths(src, dst)
     with _Mapped(src) as m:
         mv = m.mv
         if bytes(mv[:4]) == fmt.MAGIC:
+            h = _checked_header(mv, os.path.basename(src))
+            _refuse_oversize(src, h.numel * h.layout.itemsize, max_size)
             return _decompress_stream(mv, src, dst)
         kind, size, meta, entries, want_crc = _parse_archive(mv)
+        _refuse_oversize(src, size, max_size)
         archive_nbytes = len(mv)
         bar = _progress(size, os.path.basename(dst), progress)
         try:
@@ -785,6 +813,9 @@ def _build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("decompress", help="rebuild the original file from an archive")
     d.add_argument("input", metavar="IN")
     d.add_argument("output", metavar="OUT", nargs="?", help="file to write (default: IN without .zcar)")
+    d.add_argument("--max-size", type=_size_arg, default=None, metavar="BYTES",
+                   help="refuse an output larger than this (suffixes K, M, G, T: powers of 1024), before "
+                        "writing or allocating anything")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
 
     i = sub.add_parser("inspect", help="describe an archive (every tensor) or a bare zipccl stream")
@@ -811,7 +842,7 @@ def _cmd_decompress(a) -> int:
         if not a.input.endswith(".zcar") or len(a.input) == len(".zcar"):
             raise UsageError("give OUT: the default output is IN without its .zcar suffix")
         dst = a.input[: -len(".zcar")]
-    s = decompress_file(a.input, dst, progress=not a.quiet and sys.stderr.isatty())
+    s = decompress_file(a.input, dst, progress=not a.quiet and sys.stderr.isatty(), max_size=a.max_size)
     if not a.quiet:
         print(f"{s['input']} -> {s['output']}: {s['archive_nbytes']:,} -> {s['original_nbytes']:,} bytes "
               f"({s['kind']})")
@@ -857,3 +888,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"zipccl {a.command}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(f"zipccl {a.command}: error: out of memory (for a stream's declared size, see decompress "
+              "--max-size)", file=sys.stderr)
+        return 1

@@ -212,3 +212,70 @@ def test_collectives_check_the_peers_frame_before_decoding(what, expect):
     res = run_ranks(case_forged_peer, 2, what, timeout=120)
     assert res[0] == "sent", res
     assert res[1].startswith(expect), res[1]
+
+
+# ------------------------------------------------------------------ CLI and checkpoints: messages, not tracebacks
+def _safetensors(tmp_path, header: bytes, data: bytes = b"\0" * 64):
+    import struct
+
+    p = tmp_path / "m.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + data)
+    return p
+
+
+@pytest.mark.parametrize("header,expect", [
+    (b'{"a": {"dtype": "F32", "shape": [true, 4], "data_offsets": [0, 16]}}', "bad entry for tensor 'a'"),
+    (b'[' * 100_000 + b']' * 100_000, "nested too deeply"),
+])
+def test_cli_malformed_safetensors_are_exit_1_messages(tmp_path, capsys, header, expect):
+    from codec.cli import main
+
+    src = _safetensors(tmp_path, header)
+    assert main(["compress", str(src), str(tmp_path / "o.zcar"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert expect in err and "Traceback" not in err
+
+
+def test_cli_empty_tensor_inside_another_round_trips(tmp_path):
+    from codec.cli import main
+
+    header = (b'{"a": {"dtype": "F32", "shape": [16], "data_offsets": [0, 64]}, '
+              b'"e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]}}')
+    data = np.random.default_rng(0).normal(0, 1, 16).astype(np.float32).tobytes()
+    src = _safetensors(tmp_path, header, data)
+    assert main(["compress", str(src), str(tmp_path / "o.zcar"), "-q"]) == 0        # was AssertionError
+    assert main(["decompress", str(tmp_path / "o.zcar"), str(tmp_path / "back"), "-q"]) == 0
+    assert (tmp_path / "back").read_bytes() == src.read_bytes()
+
+
+def test_decompress_max_size_refuses_a_bomb_before_allocating(tmp_path, capsys):
+    from codec.cli import main
+
+    bomb = tmp_path / "bomb.zcc"
+    bomb.write_bytes(bytes(codec.encode(np.zeros(1 << 26, np.float32))))     # 256 MiB of zeros in a few KB
+    assert bomb.stat().st_size < 100_000
+    assert main(["decompress", str(bomb), str(tmp_path / "out"), "-q", "--max-size", "64M"]) == 1
+    assert "more than --max-size" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="max_numel"):
+        codec.decode(bomb.read_bytes(), max_numel=1 << 20)
+    assert codec.decode(bomb.read_bytes()[:], max_numel=1 << 26).size == 1 << 26
+
+
+def test_truncated_checkpoint_is_a_checkpoint_error(tmp_path):
+    torch = pytest.importorskip("torch")
+    from unittest import mock
+
+    from trainers import checkpoint
+
+    d = checkpoint.round_dir(tmp_path, 3)
+    d.mkdir(parents=True)
+    torch.save({"round": 3, "rank": 0, "world": 1, "w": torch.zeros(1000)}, d / "rank0.pt")
+    (tmp_path / "LATEST").write_text("3\n")
+    with mock.patch("torch.distributed.get_rank", return_value=0), \
+            mock.patch("torch.distributed.get_world_size", return_value=1):
+        assert checkpoint.load(tmp_path)["round"] == 3
+        whole = (d / "rank0.pt").read_bytes()
+        for cut in (0, 10, len(whole) // 2, len(whole) - 1):
+            (d / "rank0.pt").write_bytes(whole[:cut])
+            with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
+                checkpoint.load(tmp_path)
