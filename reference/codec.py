@@ -246,6 +246,9 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
     return out
 
 
+DECODE_BATCH = 512       # coded chunks decoded side by side (vectorised across chunks)
+
+
 def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     """Decode chunks ``chunks`` of a parsed stream into ``out`` (1-D unsigned words, their values only)."""
     lay = h.layout
@@ -265,7 +268,9 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
             head = parse_chunk_head(h, mv, i)
             coded.setdefault(head.n_coded, []).append((i, head))
     for n_coded, items in coded.items():
-        _decode_group(h, mv, items, n_coded, out, base)
+        # in batches: the batch's stacked tables (~5 KB a chunk) stay bounded however many chunks there are
+        for at in range(0, len(items), DECODE_BATCH):
+            _decode_group(h, mv, items[at:at + DECODE_BATCH], n_coded, out, base)
 
 
 def _decode_group(h, mv, items, n, out, base):
