@@ -23,6 +23,30 @@ _pool_size = 0
 _threads: int | None = None
 
 
+def _launch_numba_layer_aside() -> None:
+    """Numba starts its threading layer when it loads a kernel of its parallel pipeline from its cache,
+    in whichever thread that happens.  Its OpenMP layer then sets that thread's OpenMP thread count,
+    in the OpenMP runtime torch shares (one ``libgomp.so.1``): torch's intra-op threads in the caller's
+    thread silently changed (``torch.set_num_threads(1)``, one ``codec.decode``, and torch ran on 2).
+    Started here once, in a thread of its own that then ends, it touches no caller's settings."""
+    try:
+        from numba.np.ufunc import parallel
+    except ImportError:
+        return
+    if getattr(parallel, "_is_initialized", True):
+        return
+
+    def launch():
+        try:
+            parallel._launch_threads()
+        except Exception:  # noqa: BLE001 - no layer: numba says so itself when a kernel is loaded
+            pass
+
+    t = threading.Thread(target=launch, name="zipccl-numba-layer")
+    t.start()
+    t.join()
+
+
 def kernel_options() -> dict:
     """Extra ``njit`` options of the kernels that :func:`run` runs: numba's parallel compilation
     pipeline with every parallel transformation switched off.  No ``prange`` loop and no array
@@ -32,6 +56,8 @@ def kernel_options() -> dict:
     import warnings
 
     from numba.core.errors import NumbaPerformanceWarning
+
+    _launch_numba_layer_aside()
 
     # numba says so when it compiles each kernel: no parallel region is what is wanted here
     warnings.filterwarnings("ignore", message=r"\s*The keyword argument 'parallel=True' was specified but no transformation",

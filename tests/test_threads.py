@@ -139,3 +139,21 @@ def test_thread_count_from_the_environment():
     env["ZIPCCL_NUM_THREADS"] = "zero"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "ZIPCCL_NUM_THREADS" in out.stderr
+
+
+def test_the_codec_leaves_torchs_thread_count_alone():
+    """Loading the kernels (numba's cache) must not reset the caller's OpenMP thread count, which torch
+    shares: torch.set_num_threads(1), then the codec, and torch must still run on 1 thread."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    code = ("import torch; torch.set_num_threads(1)\n"
+            "import numpy as np, codec\n"
+            "x = np.random.default_rng(0).normal(0, 1, 1 << 18).astype(np.float32)\n"
+            "codec.decode(codec.encode(x)); print(torch.get_num_threads())")
+    for _ in range(2):                   # the second process loads every kernel from numba's cache
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "1", out.stdout
