@@ -149,6 +149,7 @@ def test_the_codec_leaves_torchs_thread_count_alone():
 
     pytest.importorskip("torch")
     code = ("import torch; torch.set_num_threads(1)\n"
+            "torch.ones(4096).sum(); assert torch.get_num_threads() == 1\n"     # torch has run on 1 thread
             "import numpy as np, codec\n"
             "x = np.random.default_rng(0).normal(0, 1, 1 << 18).astype(np.float32)\n"
             "codec.decode(codec.encode(x)); print(torch.get_num_threads())")
