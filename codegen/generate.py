@@ -103,9 +103,33 @@ def all_targets():
             yield "cuda", lay.name, arch
 
 
+def _interpreter_scalars() -> None:
+    """Triton's interpreter (``TRITON_INTERPRET=1``) before 3.7 turns a scalar tensor into a Python int
+    with ``int(data)`` on a 1-element array, which NumPy 2.4 refuses ("only 0-dimensional arrays can
+    be converted to Python scalars"): every ``range`` with a loaded bound failed under Triton 3.6.
+    Later Triton squeezes first; so does this patch of the interpreter (the interpreter only: compiled
+    kernels never see it).  A Triton without the patched function is left alone."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    orig = getattr(interpreter, "_patch_lang_tensor", None)
+    if orig is None or getattr(orig, "zipccl_squeeze", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.zipccl_squeeze = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 @functools.cache
 def load_triton(dtype: str):
     """The generated Triton module for ``dtype`` (imported once per process)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _interpreter_scalars()
     path = generate("triton", dtype)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
