@@ -13,7 +13,7 @@ echo "loop: $n clean-clone runs of .ci/run at $rev; logs in $logs; CPU: $(lscpu 
 fails=0
 for i in $(seq 1 "$n"); do
   dir=$(mktemp -d -t zipccl-ci.XXXXXX)
-  git clone -q "$src" "$dir/repo"
+  git clone -q "$src" "$dir/repo" && git -C "$dir/repo" checkout -q "$rev"
   t0=$(date +%s)
   (cd "$dir/repo" && CI=true bash .ci/run) > "$logs/run$i.log" 2>&1 < /dev/null
   rc=$?
