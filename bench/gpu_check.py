@@ -327,36 +327,92 @@ def _markdown(report) -> str:
     lines += ["", "## Exactness", "", f"{len(report['exact'])} checks, {len(bad)} failed"]
     lines += [f"- {json.dumps({k: v for k, v in r.items() if k != 'trace'})}" for r in bad]
     lines += [f"- skipped: {s}" for s in report["skipped"]]
+    lines += ["", "## Errors", ""] + [f"- {e}" for e in report.get("errors", [])] if report.get("errors") else []
+    if report.get("imports"):
+        lines += ["", f"## Imports (Python {report.get('python')})", ""]
+        lines += [f"- {k}: {v}" for k, v in report["imports"].items()]
+    if report.get("generated"):
+        lines += ["", f"Dry run: {len(report['generated'])} kernel sources generated; no device used."]
     return "\n".join(lines) + "\n"
 
 
+def _imports(report) -> bool:
+    """Import everything the check uses; record versions, or the error of what failed (optional peers
+    only noted).  True when every required module imports."""
+    required = ["numpy", "ml_dtypes", "crc32c", "torch", "triton", "cuda.core", "codec", "codegen.device",
+                "codegen.kernels", "codegen.generate"]
+    optional = ["numba", "cupy", "nvidia.nvcomp", "dfloat11"]
+    import importlib
+
+    ok = True
+    found = {}
+    for name in required + optional:
+        try:
+            mod = importlib.import_module(name)
+            found[name] = str(getattr(mod, "__version__", "ok"))
+        except Exception as e:                            # noqa: BLE001 - reported
+            found[name] = f"{'MISSING' if name in required else 'absent'}: {type(e).__name__}: {e}"
+            ok = ok and name not in required
+    report["imports"] = found
+    report["python"] = sys.version.split()[0]
+    return ok
+
+
+def _dry_run(report) -> None:
+    """Everything but the device: the imports, and every generated kernel source of both dialects."""
+    from codegen import generate as gen
+
+    made = []
+    for dialect, dtype, arch in gen.all_targets():
+        made.append(str(gen.generate(dialect, dtype, arch).name))
+    report["generated"] = made
+
+
+def _write(out_dir: Path, report) -> None:
+    (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
+    (out_dir / "gpu_check.md").write_text(_markdown(report))
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    dry = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
     out_dir = Path(argv[0] if argv else "gpu-results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    import torch
-    import triton
-
-    if not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
-        return 2
     t0 = time.perf_counter()
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "exact": [], "throughput": [], "skipped": []}
+    report = {"device": "none (dry run)" if dry else "?", "torch": "?", "triton": "?", "dry_run": dry,
+              "exact": [], "throughput": [], "skipped": [], "errors": []}
     try:
-        throughput(report)
-        breakdown(report)
-    finally:
-        (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
-    try:
-        exactness(report, t0)
+        imports_ok = _imports(report)
+        report["torch"], report["triton"] = report["imports"]["torch"], report["imports"]["triton"]
+        if not imports_ok:
+            report["errors"].append("required imports failed: see imports")
+            return 2
+        if dry:
+            _dry_run(report)
+            return 0
+        import torch
+
+        if not torch.cuda.is_available():
+            report["errors"].append("no CUDA device")
+            print("no CUDA device", file=sys.stderr)
+            return 2
+        report["device"] = torch.cuda.get_device_name()
+        # each phase on its own: a failure is recorded and the next phase still runs; the tables are
+        # rewritten after every phase, so whatever was measured is on disk whatever happens later
+        for phase in (throughput, breakdown, lambda r: exactness(r, t0)):
+            try:
+                phase(report)
+            except Exception as e:                        # noqa: BLE001 - recorded in the results
+                report["errors"].append(f"{getattr(phase, '__name__', 'exactness')}: {type(e).__name__}: {e}")
+                traceback.print_exc()
+            _write(out_dir, report)
     finally:
         report["seconds"] = round(time.perf_counter() - t0, 1)
-        (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1))
-        (out_dir / "gpu_check.md").write_text(_markdown(report))
+        _write(out_dir, report)
     failed = [r for r in report["exact"] if r.get("error") or False in (r.get("roundtrip_bit_exact"),
               r.get("same_bytes_as_cpu_encoder"), r.get("same_bytes"))]
-    return 1 if failed else 0
+    return 1 if failed or report["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -6,16 +6,34 @@
 # Runs the GPU tests, then bench/gpu_check.py; everything lands in RESULTS_DIR.  About 5-8 minutes.
 # Through this workplace's device tool: run `bash bench/fetch_wheels.sh` here first, then
 #   run(command="bash bench/gpu_check.sh $OUT/gpu", carry=["bench/wheels"], timeout_s=540)
+# --dry-run (any machine, no GPU; run in CI): everything but the device: argument handling, the wheels'
+# installation, the imports, collecting the GPU tests, generating every kernel, the result files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dry=0
+if [ "${1:-}" = "--dry-run" ]; then
+  dry=1
+  shift
+fi
 out="${1:-gpu-results}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-py=python3
+py=${PYTHON:-python3}
+site=$(mktemp -d -t zipccl-site.XXXXXX)
 if ls bench/wheels/*.whl >/dev/null 2>&1; then
-  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/zipccl-site \
-    bench/wheels/*.whl
-  export PYTHONPATH="$PYTHONPATH:/tmp/zipccl-site"
+  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+    bench/wheels/*.whl 2>&1 | tee "$out/wheels.txt"
+  export PYTHONPATH="$PYTHONPATH:$site"
+fi
+if [ "$dry" -eq 1 ]; then
+  set +e
+  $py -m pytest -q --collect-only -m gpu tests/test_gpu.py -p no:cacheprovider >"$out/pytest.txt" 2>&1
+  collect=$?
+  $py -m bench.gpu_check --dry-run "$out" 2>&1 | tee "$out/gpu_check.txt"
+  check=${PIPESTATUS[0]}
+  echo "dry run: collecting the gpu tests: exit $collect; gpu check: exit $check" | tee -a "$out/gpu_check.txt"
+  [ "$collect" -eq 0 ] && [ "$check" -eq 0 ]
+  exit
 fi
 if ! $py -c "import crc32c, ml_dtypes, torch, triton, cuda.core" 2>"$out/imports.txt"; then
   echo "missing packages (see $out/imports.txt); trying pip" >&2

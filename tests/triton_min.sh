@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Triton kernels (interpreter: bit-exact against the reference; compiler: cubins for the GPU) once more
 # under the oldest Triton the project declares (pyproject.toml: triton>=X), installed into a folder of its
-# own that shadows the current one.   bash tests/triton_min.sh
+# own that shadows the current one; then bench/gpu_check.sh --dry-run under it (the GPU machine's Triton).
+#   bash tests/triton_min.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 min=$(python - <<'PY'
@@ -18,4 +19,6 @@ export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import triton, sys; v, m = triton.__version__, '$min'; sys.exit(0 if v == m or v.startswith(m + '.') else f'shadowing failed: triton {v}')"
 echo "== Triton $min (oldest declared): tests/test_codegen.py -k 'triton or device'"
 ZIPCCL_CODEGEN_CACHE="$dir/codegen" python -m pytest -q -p no:cacheprovider tests/test_codegen.py -k "triton or device"
+echo "== GPU check, dry run (no device), under Triton $min"
+ZIPCCL_CODEGEN_CACHE="$dir/codegen" PYTHON=python bash bench/gpu_check.sh --dry-run "$dir/gpu-dry"
 rm -rf "$dir"
