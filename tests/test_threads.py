@@ -32,6 +32,7 @@ def _child_roundtrip(q):
     q.put((bytes(blob), codec.decode(blob).view(np.uint16).tobytes()))
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # the point
 def test_codec_works_in_a_forked_child(two_threads):
     if "fork" not in mp.get_all_start_methods():
         pytest.skip("no fork on this platform")
@@ -61,6 +62,7 @@ class _Streams:
         return codec.decode(self.blobs[i])
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # the point
 def test_dataloader_workers_decode_after_the_parent_did(two_threads):
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader
