@@ -150,7 +150,7 @@ def test_cli_leaves_no_temporary_on_sigterm(tmp_path):
     import time
 
     src = tmp_path / "big.bin"
-    np.random.default_rng(0).normal(0, 1, 24 << 20).astype(np.float32).tofile(src)
+    np.random.default_rng(0).standard_normal(48 << 20, np.float32).tofile(src)      # 192 MB: a wide window
     dst = tmp_path / "big.zcc"
     p = subprocess.Popen([sys.executable, "-m", "codec", "compress", str(src), str(dst), "--dtype", "float32"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -159,7 +159,7 @@ def test_cli_leaves_no_temporary_on_sigterm(tmp_path):
         time.sleep(0.005)
         if p.poll() is not None:
             break
-    assert p.poll() is None, "compression of 96 MB finished before its temporary was seen"
+    assert p.poll() is None, "compression of 192 MB finished before its temporary was seen"
     p.send_signal(signal.SIGTERM)
     p.wait(60)
     assert p.returncode in (143, -signal.SIGTERM)

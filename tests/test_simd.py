@@ -181,8 +181,8 @@ def _widest_vectors(expected: str | None = None) -> str:
 
 
 def test_kernels_are_compiled_for_the_expected_instruction_set():
-    """A kernel step (16 lanes of u32 = 512 bits) compiles to zmm registers on AVX-512, ymm on AVX2 and
-    xmm on baseline x86-64: proof that a cross-ISA run (NUMBA_CPU_NAME) really tests that ISA's code."""
+    """A kernel step (16 lanes of u32 = 512 bits) compiles to ymm registers and no zmm on AVX2, and to xmm
+    alone on baseline x86-64: proof that a cross-ISA run (NUMBA_CPU_NAME) really tests that ISA's code."""
     import platform
     import re
 
@@ -204,5 +204,10 @@ def test_kernels_are_compiled_for_the_expected_instruction_set():
     regs = {r: len(re.findall("%" + r + r"\d", asm)) for r in ("zmm", "ymm", "xmm")}
     want = _widest_vectors()
     assert want in ("avx512", "avx2", "sse2"), want
-    assert (regs["zmm"] > 0) == (want == "avx512"), (want, regs)
-    assert (regs["ymm"] > 0 or regs["zmm"] > 0) == (want != "sse2"), (want, regs)
+    if want == "avx512":
+        # zmm where LLVM keeps 512-bit vectors whole; CPUs tuned "prefer 256-bit" (Intel's server cores)
+        # may split them into ymm: either is this host's code
+        assert regs["zmm"] + regs["ymm"] > 0, (want, regs)
+    else:
+        assert regs["zmm"] == 0, (want, regs)                  # nothing of AVX-512 on an AVX2 or SSE2 target
+        assert (regs["ymm"] > 0) == (want == "avx2"), (want, regs)
