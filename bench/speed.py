@@ -136,6 +136,22 @@ def _in_child(*args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _cpu_model() -> str:
+    facts = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                facts.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    if "model name" in facts:                     # a VM may say only "AMD EPYC": family and model say which
+        return f"{facts['model name']} (family {facts.get('cpu family', '?')}, model {facts.get('model', '?')})"
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -235,10 +251,11 @@ def main(argv=None) -> int:
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "speed.md").write_text(
-            "# CPU throughput: zipccl (numba) vs ZipNN\n\nRegenerate: "
+            f"# CPU throughput: zipccl (numba) vs ZipNN\n\nCPU: {_cpu_model()}, {codec.get_num_threads()} threads "
+            "available.\n\nRegenerate: "
             f"`python -m bench.speed --runs {args.runs} --repeat {args.repeat}` "
             f"(median over {args.runs} runs of the best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
-            "measured in the same run; `_t1`/`_2t` = numba threads; outputs fresh, except `dec_out`: "
+            "measured in the same run; `_t1`/`_2t` = codec threads; outputs fresh, except `dec_out`: "
             "`decode(blob, out=buf)` and `enc_out`: `encode(x, out=buf)`, into a reused buffer).\n\n" + table + "\n" + extra)
     return 0
 
