@@ -330,10 +330,13 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     return result(end)
 
 
-def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None):
+def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None, max_numel=None):
     """Header and the words of chunks ``[first, last)``; decoded into ``dest(h, n)`` (a callable giving
-    a writeable uint array of ``n`` words) when given, else into a fresh array."""
+    a writeable uint array of ``n`` words) when given, else into a fresh array.  ``max_numel``: refuse a
+    stream of more values (``ValueError``) before anything is allocated or written."""
     h = fmt.parse_header(buf)
+    if max_numel is not None and h.numel > max_numel:
+        raise ValueError(f"the stream holds {h.numel} values, more than max_numel={max_numel}")
     first = 0 if first is None else first
     last = h.n_chunks if last is None else last
     if not 0 <= first <= last <= h.n_chunks:
@@ -421,10 +424,6 @@ def decode(buf, *, out=None, backend: str = "auto", max_numel: int | None = None
     if dev_buf is not None:
         return _decode_device(buf, dev_buf, out, _device_dialect(backend, "stream", dev_buf))
     buf = _host_stream(buf)
-    if max_numel is not None:
-        h = fmt.parse_header(buf)
-        if h.numel > max_numel:
-            raise ValueError(f"the stream holds {h.numel} values, more than max_numel={max_numel}")
     if out is not None:
         dst, lay = _out_words(out)
         if np.may_share_memory(dst, np.frombuffer(memoryview(buf).cast("B"), np.uint8)):
@@ -435,9 +434,9 @@ def decode(buf, *, out=None, backend: str = "auto", max_numel: int | None = None
                 raise ValueError(f"out must hold {n} values of {h.layout.name}, got {dst.size} of {lay.name}")
             return dst
 
-        _decode_words(buf, None, None, backend, dest)
+        _decode_words(buf, None, None, backend, dest, max_numel)
         return out
-    h, words = _decode_words(buf, None, None, backend)
+    h, words = _decode_words(buf, None, None, backend, max_numel=max_numel)
     torch_out = bool(h.flags & fmt.FLAG_TORCH)
     if torch_out:
         try:
