@@ -8,7 +8,7 @@ import numpy as np
 from . import format as fmt
 from .codebook import PHASES, ZERO_LEVELS, codebook_params
 from .format import FormatError
-from .layouts import FloatLayout, layout_for
+from .layouts import FloatLayout, as_words, is_torch, layout_for
 from .model import SHAPES
 
 DEFAULT_CHUNK_SIZE = 1 << 16   # values per chunk: ~0.2% overhead (32 rANS states + 25 B) on bf16 Gaussians
@@ -38,33 +38,6 @@ def _backend(name: str):
 
         return device.backend(name)
     raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
-
-
-def _torch_ints(lay: FloatLayout):
-    """The torch integer dtype a layout's words are viewed as (torch has no uint16/uint32 views)."""
-    import torch
-
-    return {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
-
-
-def _as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
-    """Read-only 1-D little-endian unsigned view (or copy) of ``x``'s words; never writes to ``x``."""
-    if _is_torch(x):
-        lay = layout_for(x.dtype)
-        t = x.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        a = t.contiguous().view(_torch_ints(lay)).numpy().view(lay.uint)
-        return a.reshape(-1), lay, tuple(x.shape), True
-    a = np.asarray(x)
-    lay = layout_for(a.dtype)
-    if a.dtype.byteorder == ">":
-        a = a.astype(a.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
 
 
 ENCODE_GROUP_BYTES = 16 << 20   # input per encode_chunks call of the backends that return payloads
@@ -133,14 +106,14 @@ def _chunk_plan(numel: int, shape, lay: FloatLayout, chunk_size, partition, chec
 def _encode_plan(x, chunk_size, partition, checksum):
     """The words, layout, shape, torch flag and chunk size of an encode, the header's size and the
     most bytes the stream can take (every chunk raw)."""
-    words, lay, shape, from_torch = _as_words(x)
+    words, lay, shape, from_torch = as_words(x)
     return (words, lay, shape, from_torch) + _chunk_plan(len(words), shape, lay, chunk_size, partition, checksum)
 
 
 def _on_device(x):
     """``x`` as a torch tensor if it lives on a CUDA device (a torch tensor, or a CuPy-style array
     through DLPack), else None."""
-    if _is_torch(x):
+    if is_torch(x):
         return x if x.device.type == "cuda" else None
     if isinstance(x, (np.ndarray, bytes, bytearray, memoryview)) or not hasattr(x, "__cuda_array_interface__"):
         return None
@@ -154,7 +127,7 @@ def _on_device(x):
 def _host_stream(buf):
     """A stream held on the host as something ``memoryview`` takes: a uint8 CPU tensor (what
     ``encode(x, out=tensor)`` returns) becomes its NumPy view; anything else is returned as is."""
-    if _is_torch(buf) and buf.device.type == "cpu":
+    if is_torch(buf) and buf.device.type == "cpu":
         import torch
 
         if buf.dtype != torch.uint8 or buf.dim() != 1:
@@ -179,20 +152,20 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
 
     if dev_x is not None:
         lay = layout_for(dev_x.dtype)
-        shape, from_torch = tuple(dev_x.shape), _is_torch(x)
-        words = dev_x.detach().contiguous().view(-1).view(tb.word_dtype(lay))
+        shape, from_torch = tuple(dev_x.shape), is_torch(x)
+        words = dev_x.detach().contiguous().view(-1).view(lay.torch_words)
     else:
-        host, lay, shape, from_torch = _as_words(x)
-        signed = host.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
-        words = torch.from_numpy(np.array(signed)).view(tb.word_dtype(lay)).to(tb.default_device())
+        host, lay, shape, from_torch = as_words(x)
+        signed = host.view(lay.view_ints)
+        words = torch.from_numpy(np.array(signed)).view(lay.torch_words).to(tb.default_device())
     chunk_size, _, _ = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
     stream = tb.encode_stream(words, lay, shape, chunk_size, flags, kernels=tb.kernel_set(dialect, lay.name))
     n = stream.numel()
     if dev_x is not None:
         if out is None:
-            return stream if _is_torch(x) else _like(x, stream)
-        if not (_is_torch(out) and out.device == stream.device and out.dtype == torch.uint8 and out.is_contiguous()):
+            return stream if is_torch(x) else _like(x, stream)
+        if not (is_torch(out) and out.device == stream.device and out.dtype == torch.uint8 and out.is_contiguous()):
             raise ValueError(f"out must be a contiguous uint8 tensor on {stream.device} for a tensor there")
         if out.numel() < n:
             raise ValueError(f"out holds {out.numel()} bytes; this stream needs {n}")
@@ -227,17 +200,17 @@ def max_encoded_size(x, *, chunk_size: int | None = None, checksum: bool = False
 def _input_memory(x) -> np.ndarray:
     """A NumPy view of the memory ``x`` itself occupies, whatever its strides (the words handed to the
     encoder may be a contiguous copy of it); an empty array when ``x`` is not on the host."""
-    if _is_torch(x):
+    if is_torch(x):
         t = x.detach()
         if t.device.type != "cpu":
             return np.empty(0, np.uint8)
-        return t.view(_torch_ints(layout_for(t.dtype))).numpy()
+        return t.view(layout_for(t.dtype).torch_view_ints).numpy()
     return np.asarray(x)
 
 
 def _out_bytes(out):
     """A writeable uint8 view of a caller's encode buffer, and how to return its first n bytes."""
-    if _is_torch(out):
+    if is_torch(out):
         import torch
 
         if out.device.type != "cpu" or not out.is_contiguous() or out.dtype != torch.uint8:
@@ -356,8 +329,7 @@ def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
         return arr
     import torch
 
-    signed = words.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
-    return torch.from_numpy(signed).view(getattr(torch, lay.name)).reshape(shape)
+    return torch.from_numpy(words.view(lay.view_ints)).view(lay.torch_dtype).reshape(shape)
 
 
 def _writable_memory(addr: int, nbytes: int) -> bool:
@@ -387,7 +359,7 @@ def _writable_memory(addr: int, nbytes: int) -> bool:
 
 def _out_words(out):
     """The words of a caller's ``out`` to decode into, in place (never a copy)."""
-    if _is_torch(out):
+    if is_torch(out):
         if out.device.type != "cpu" or not out.is_contiguous():
             raise ValueError("out must be a contiguous CPU tensor")
         lay = layout_for(out.dtype)
@@ -396,7 +368,7 @@ def _out_words(out):
         if not out.untyped_storage().resizable() and \
                 not _writable_memory(out.data_ptr(), out.numel() * out.element_size()):
             raise ValueError("out is read-only memory (a tensor over a read-only mapping)")
-        return out.detach().view(-1).view(_torch_ints(lay)).numpy().view(lay.uint), lay
+        return out.detach().view(-1).view(lay.torch_view_ints).numpy().view(lay.uint), lay
     if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
     if not out.dtype.isnative:
@@ -457,16 +429,16 @@ def _decode_device(buf, dev_buf, out, dialect):
         raise ValueError(f"a stream on a GPU must be a 1-D uint8 tensor, got {dev_buf.dtype} {tuple(dev_buf.shape)}")
     words = None
     if out is not None:
-        if not (_is_torch(out) and out.device == dev_buf.device and out.is_contiguous()):
+        if not (is_torch(out) and out.device == dev_buf.device and out.is_contiguous()):
             raise ValueError(f"out must be a contiguous tensor on {dev_buf.device}")
         out_lay = layout_for(out.dtype)
-        words = out.detach().view(-1).view(tb.word_dtype(out_lay))
+        words = out.detach().view(-1).view(out_lay.torch_words)
     h, words = tb.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None,
                                 kernels=lambda lay: tb.kernel_set(dialect, lay.name))
     if out is not None:
         return out
-    result = words.view(getattr(torch, h.layout.name)).reshape(h.shape)
-    return result if _is_torch(buf) else _like(buf, result)
+    result = words.view(h.layout.torch_dtype).reshape(h.shape)
+    return result if is_torch(buf) else _like(buf, result)
 
 
 def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.ndarray:

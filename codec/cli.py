@@ -72,7 +72,7 @@ from . import format as fmt
 from .atomic import atomic_write
 from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, decode as _decode, encode as _encode, inspect as _inspect_stream
 from .format import FormatError
-from .layouts import SUPPORTED, FloatLayout, layout_for
+from .layouts import BY_SAFETENSORS, SUPPORTED, FloatLayout, layout_for, layout_named
 from .stats import entropy_bound_bits
 
 __all__ = ["main", "compress_file", "decompress_file", "inspect_file", "ARCHIVE_MAGIC", "ARCHIVE_VERSION"]
@@ -88,17 +88,6 @@ _ENTRY = struct.Struct("<BdQ")             # flags, entropy bound, blob length
 _U32 = struct.Struct("<I")
 _COPY_BLOCK = 1 << 24
 
-# safetensors dtype -> zipccl layout name (the ones we compress), and itemsizes of the others
-_ST_FLOATS = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F8_E4M3": "float8_e4m3fn",
-              "F8_E5M2": "float8_e5m2"}
-_DTYPE_ALIASES = {
-    "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16", "f32": "float32",
-    "fp32": "float32", "float": "float32", "f8_e4m3": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
-    "e4m3": "float8_e4m3fn", "float8_e4m3": "float8_e4m3fn", "f8_e5m2": "float8_e5m2",
-    "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
-}
-
-
 class UsageError(Exception):
     """A user error (bad option or file): reported without a traceback, exit status 2."""
 
@@ -113,13 +102,10 @@ def _crc_update(data, value: int) -> int:
 
 def parse_dtype(name: str) -> FloatLayout:
     """A layout from a dtype name or alias (``bfloat16``, ``bf16``, ``BF16``, ``fp8_e4m3``...)."""
-    key = name.strip().lower()
-    key = _DTYPE_ALIASES.get(key, key)
-    if key.upper() in _ST_FLOATS:
-        key = _ST_FLOATS[key.upper()]
-    if key not in SUPPORTED:
+    lay = layout_named(name)
+    if lay is None:
         raise UsageError(f"unsupported --dtype {name!r}: choose one of {', '.join(SUPPORTED)}")
-    return layout_for(key)
+    return lay
 
 
 def _fmt_shape(shape) -> str:
@@ -209,7 +195,7 @@ def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
             continue
         if b > pos:
             pieces.append(_Piece("(gap)", start + pos, b - pos, filler=True))
-        lay = layout_for(_ST_FLOATS[dtype]) if dtype in _ST_FLOATS else None
+        lay = BY_SAFETENSORS.get(dtype)
         if lay is not None and (e - b) != math.prod(shape) * lay.itemsize:
             lay = None                   # inconsistent entry: keep the bytes as they are
         pieces.append(_Piece(name, start + b, e - b, lay, shape))

@@ -9,9 +9,9 @@ and joins them back bit for bit.  Nothing is interpreted: zero, subnormals
 (``e == 0``), Inf and NaN with any payload (``e == 2**E - 1``) are just field
 values, so the split is a bijection on all ``2**(8*itemsize)`` words.
 
-Adding a dtype: add a :class:`FloatLayout` row to ``LAYOUTS`` with a new,
-never reused ``code`` (the code is stored in streams), then extend
-``_numpy_dtype``/``_torch_dtype`` below; nothing else is dtype specific.
+Every fact about a dtype lives in its :class:`FloatLayout` row (bit widths, stream code, word
+types on the host, in torch and in the kernels, names and aliases, the safetensors name); the rest of
+the project reads them from there.  Adding a dtype: see "Adding a dtype" in README.md.
 """
 from __future__ import annotations
 
@@ -20,17 +20,19 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "split", "join", "log2_magnitude", "SUPPORTED"]
+__all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "layout_named", "as_words", "is_torch", "BY_SAFETENSORS", "split", "join", "log2_magnitude", "SUPPORTED"]
 
 
 @dataclass(frozen=True)
 class FloatLayout:
-    name: str            # canonical name, e.g. "bfloat16"
+    name: str            # canonical name, e.g. "bfloat16": NumPy/ml_dtypes and torch use it too
     code: int            # dtype code stored in the stream header (never reuse one)
     exp_bits: int        # E
     man_bits: int        # M
     itemsize: int        # bytes per word
     has_inf: bool = True  # False for the "fn" formats: the top field holds normals and NaN (mantissa all ones)
+    safetensors: str = ""          # the dtype's name in a safetensors header
+    aliases: tuple[str, ...] = ()  # other names users type (CLI --dtype, codegen targets), lower case
 
     @property
     def bias(self) -> int:
@@ -49,18 +51,57 @@ class FloatLayout:
     def numpy_dtype(self) -> np.dtype:
         return _numpy_dtype(self.name)
 
+    @property
+    def uint_name(self) -> str:
+        """The unsigned word type's name (``uint16``): NumPy, torch and the Triton kernels'."""
+        return f"uint{8 * self.itemsize}"
+
+    @property
+    def c_uint(self) -> str:
+        """The unsigned word type in the CUDA kernels."""
+        return {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}[self.itemsize]
+
+    @property
+    def view_ints(self) -> np.dtype:
+        """The integer type torch can view words as on the CPU, and convert to NumPy (torch's
+        uint16/uint32 are storage-only): uint8, int16 or int32.  Same bits as :attr:`uint`."""
+        return np.dtype(np.uint8) if self.itemsize == 1 else np.dtype(f"<i{self.itemsize}")
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return getattr(torch, self.name)
+
+    @property
+    def torch_view_ints(self):
+        """:attr:`view_ints` as a torch dtype."""
+        import torch
+
+        return getattr(torch, self.view_ints.name)
+
+    @property
+    def torch_words(self):
+        """The unsigned torch dtype the device kernels take words as (``torch.uint16``...)."""
+        import torch
+
+        return getattr(torch, self.uint_name)
+
 
 
 LAYOUTS = (
-    FloatLayout("bfloat16", 1, 8, 7, 2),
-    FloatLayout("float16", 2, 5, 10, 2),
-    FloatLayout("float32", 3, 8, 23, 4),
-    FloatLayout("float8_e4m3fn", 4, 4, 3, 1, has_inf=False),
-    FloatLayout("float8_e5m2", 5, 5, 2, 1),
+    FloatLayout("bfloat16", 1, 8, 7, 2, safetensors="BF16", aliases=("bf16",)),
+    FloatLayout("float16", 2, 5, 10, 2, safetensors="F16", aliases=("f16", "fp16", "half")),
+    FloatLayout("float32", 3, 8, 23, 4, safetensors="F32", aliases=("f32", "fp32", "float")),
+    FloatLayout("float8_e4m3fn", 4, 4, 3, 1, has_inf=False, safetensors="F8_E4M3",
+                aliases=("f8_e4m3", "fp8_e4m3", "e4m3", "float8_e4m3")),
+    FloatLayout("float8_e5m2", 5, 5, 2, 1, safetensors="F8_E5M2", aliases=("f8_e5m2", "fp8_e5m2", "e5m2")),
 )
 SUPPORTED = tuple(l.name for l in LAYOUTS)
 _BY_NAME = {l.name: l for l in LAYOUTS}
 _BY_CODE = {l.code: l for l in LAYOUTS}
+_BY_ALIAS = {k: l for l in LAYOUTS for k in (l.name, l.safetensors.lower()) + l.aliases}
+BY_SAFETENSORS = {l.safetensors: l for l in LAYOUTS}
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -70,22 +111,52 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 def layout_for(dtype) -> FloatLayout:
-    """The layout of a NumPy dtype, a torch dtype or a dtype name; ``TypeError`` if unsupported."""
+    """The layout of a NumPy dtype, a torch dtype or a dtype name (aliases and safetensors names
+    too: :func:`layout_named`); ``TypeError`` if unsupported."""
     name = getattr(dtype, "name", None) if isinstance(dtype, np.dtype) else None
     if name is None:
         s = str(dtype)
         name = s[len("torch."):] if s.startswith("torch.") else s
-    try:
-        return _BY_NAME[name]
-    except KeyError:
+    lay = _BY_NAME.get(name) or (layout_named(name) if isinstance(dtype, str) else None)
+    if lay is None:
         raise TypeError(
             f"unsupported dtype {dtype!s}: zipccl compresses floating-point tensors of dtype "
             f"{', '.join(SUPPORTED)}"
-        ) from None
+        )
+    return lay
 
 
 def layout_by_code(code: int) -> FloatLayout | None:
     return _BY_CODE.get(code)
+
+
+def layout_named(name: str) -> FloatLayout | None:
+    """The layout a user-typed name stands for: canonical, alias or safetensors name, any case
+    (``bf16``, ``BF16``, ``fp8_e4m3``...); None if it names none."""
+    return _BY_ALIAS.get(name.strip().lower())
+
+
+def is_torch(x) -> bool:
+    """Whether ``x`` is a torch tensor (without importing torch)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
+    """``(words, layout, shape, from_torch)``: a 1-D little-endian unsigned view (or copy) of the
+    words of ``x`` (a NumPy array, anything ``np.asarray`` takes, or a torch tensor, copied to the CPU
+    if it is elsewhere).  Never writes to ``x``."""
+    if is_torch(x):
+        lay = layout_for(x.dtype)
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        a = t.contiguous().view(lay.torch_view_ints).numpy().view(lay.uint)
+        return a.reshape(-1), lay, tuple(x.shape), True
+    a = np.asarray(x)
+    lay = layout_for(a.dtype)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay, a.shape, False
 
 
 def split(words: np.ndarray, lay: FloatLayout) -> tuple[np.ndarray, np.ndarray]:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _numba
-from .api import _is_torch, _torch_ints
-from .layouts import layout_for, packed_nbytes
+from .layouts import is_torch, layout_for, packed_nbytes
 
 
 def low_width(dtype) -> int:
@@ -37,7 +36,7 @@ def worth_splitting(x: np.ndarray, sample: int = 1 << 16) -> bool:
 def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(head, low)``: ``head`` has ``x``'s dtype and shape; ``low`` is uint8.  ``x`` is not modified.
     A torch tensor (on any device: a GPU's stays there) gives torch tensors, made with tensor ops."""
-    if _is_torch(x):
+    if is_torch(x):
         return _split_low_torch(x)
     lay = layout_for(x.dtype)
     words = np.ascontiguousarray(x).reshape(-1).view(lay.uint)
@@ -50,7 +49,7 @@ def split_low(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def join_low(head: np.ndarray, low) -> np.ndarray:
     """Inverse of :func:`split_low` (returns a new array; a tensor for torch tensors, on their device)."""
-    if _is_torch(head):
+    if is_torch(head):
         return _join_low_torch(head, low)
     lay = layout_for(head.dtype)
     width = lay.man_bits - 1
@@ -69,7 +68,7 @@ def _torch_words(x, lay):
     """``x``'s words as int64 (unsigned values) and the integer dtype they came from."""
     import torch
 
-    signed = x.detach().contiguous().view(-1).view(_torch_ints(lay))
+    signed = x.detach().contiguous().view(-1).view(lay.torch_view_ints)
     return signed.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1), signed.dtype
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layouts import FloatLayout, layout_for, split
+from .layouts import FloatLayout, as_words, split
 
 __all__ = ["exponent_histogram", "entropy_from_histogram", "entropy_bound_bits"]
 
@@ -16,17 +16,8 @@ _BLOCK = 1 << 22     # values per pass: bounds the temporaries of split() on big
 
 
 def _words(x) -> tuple[np.ndarray, FloatLayout]:
-    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):   # torch CPU tensor
-        import torch
-
-        lay = layout_for(x.dtype)
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
-        return x.detach().cpu().contiguous().view(ints).numpy().view(lay.uint).reshape(-1), lay
-    a = np.asarray(x)
-    lay = layout_for(a.dtype)
-    if a.dtype.byteorder == ">":
-        a = a.astype(a.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(a).view(lay.uint).reshape(-1), lay
+    words, lay, _, _ = as_words(x)
+    return words, lay
 
 
 def exponent_histogram(x) -> tuple[np.ndarray, FloatLayout]:

@@ -3,7 +3,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .generate import ARCHS, DIALECTS, DTYPE_ALIASES, all_targets, cache_dir, compile_cuda, compile_triton, generate
+from codec.layouts import layout_for
+
+from .generate import ARCHS, DIALECTS, all_targets, cache_dir, compile_cuda, compile_triton, generate
 
 
 def main(argv=None) -> int:
@@ -30,7 +32,7 @@ def main(argv=None) -> int:
     else:
         if not a.dtype:
             ap.error("--dtype is required (or --all / --list)")
-        targets = [(a.dialect, DTYPE_ALIASES.get(a.dtype, a.dtype), a.arch)]
+        targets = [(a.dialect, layout_for(a.dtype).name, a.arch)]
     for dialect, dtype, arch in targets:
         try:
             path = generate(dialect, dtype, arch, a.out)

@@ -32,14 +32,9 @@ from codec.layouts import packed_nbytes
 
 from .kernels import default_device, kernel_set
 
-_UINT_T = {1: "uint8", 2: "uint16", 4: "uint32"}
-
-
 def word_dtype(lay):
     """The torch dtype a layout's words are handled as on the device (unsigned, the kernels' type)."""
-    import torch
-
-    return getattr(torch, _UINT_T[lay.itemsize])
+    return lay.torch_words
 
 
 class Backend:

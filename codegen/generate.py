@@ -19,9 +19,9 @@ import os
 import re
 from pathlib import Path
 
-import codec
 from codec import codebook as cbk
 from codec import format as fmt
+from codec._version import __version__
 from codec.layouts import LAYOUTS, layout_for
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -31,13 +31,8 @@ HELPERS = {"triton": [Path(__file__).resolve().parent / "triton_lib.py"],
            "cuda": [Path(__file__).resolve().parent / "cuda" / "zipccl_codec.cuh"]}
 DIALECTS = ("triton", "cuda")
 ARCHS = ("sm_80", "sm_90", "sm_100")
-DTYPE_ALIASES = {"bf16": "bfloat16", "f16": "float16", "fp16": "float16", "f32": "float32", "fp32": "float32",
-                 "e4m3": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2",
-                 "fp8_e5m2": "float8_e5m2"}
 _EXT = {"triton": ".py", "cuda": ".cu"}
 _KIND = {"triton": "codec", "cuda": "codec"}      # each source holds the decoder and the rANS encoder core
-_UINT = {1: "uint8", 2: "uint16", 4: "uint32"}
-_CUDA_UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
 def cache_dir() -> Path:
@@ -46,10 +41,10 @@ def cache_dir() -> Path:
 
 def constants(dtype: str) -> dict:
     """The values injected into the templates for ``dtype``."""
-    lay = layout_for(DTYPE_ALIASES.get(dtype, dtype))
+    lay = layout_for(dtype)
     return {
         "dtype": lay.name, "E": lay.exp_bits, "M": lay.man_bits, "TOP": (1 << lay.exp_bits) - 1,
-        "BITS": 8 * lay.itemsize, "OUT_T": _UINT[lay.itemsize], "CUDA_OUT_T": _CUDA_UINT[lay.itemsize],
+        "BITS": 8 * lay.itemsize, "OUT_T": lay.uint_name, "CUDA_OUT_T": lay.c_uint,
         "MAX_FULL": max(1, lay.man_bits // 8),
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
         "N_SYMBOLS": cbk.N_SYMBOLS, "RENORM_SHIFT": 32 - cbk.PROB_BITS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
@@ -68,7 +63,7 @@ def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]
         raise ValueError(f"CUDA needs an arch, one of {ARCHS}")
     template = (TEMPLATES / f"{dialect}_{_KIND[dialect]}{_EXT[dialect]}.tmpl").read_text()
     consts = constants(dtype)
-    ident = "|".join([codec.__version__, str(consts), arch or "", template] + [h.read_text() for h in HELPERS[dialect]])
+    ident = "|".join([__version__, str(consts), arch or "", template] + [h.read_text() for h in HELPERS[dialect]])
     digest = hashlib.sha256(ident.encode()).hexdigest()[:12]
     name = f"{dialect}_{_KIND[dialect]}_{consts['dtype']}{'_' + arch if arch else ''}_{digest}"
     source = template.format(key=name, arch=arch or "any arch", **consts)
@@ -181,7 +176,7 @@ GPU_BLOCK = 1024                                                  # values per v
 def triton_signatures(dtype: str) -> dict:
     """Argument types of every generated Triton kernel for ``dtype`` (and the constexpr values a
     GPU launch uses), for compiling them ahead of time (:func:`compile_triton`)."""
-    w = "*u" + str(8 * layout_for(DTYPE_ALIASES.get(dtype, dtype)).itemsize)
+    w = "*u" + str(8 * layout_for(dtype).itemsize)
     p8, p64, q = "*u8", "*i64", "i64"
     return {
         "decode_coded_chunks": ({"buf": p8, "meta": p64, "tables": p64, "hi": p64, "nzb": p64, "out": w,
@@ -210,7 +205,7 @@ def compile_triton(dtype: str, arch: str, kernels=None) -> dict:
 
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}")
-    mod = load_triton(DTYPE_ALIASES.get(dtype, dtype))
+    mod = load_triton(layout_for(dtype).name)
     out = {}
     for name, (signature, constexprs) in triton_signatures(dtype).items():
         if kernels is not None and name not in kernels:
