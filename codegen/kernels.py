@@ -140,9 +140,9 @@ class CudaKernels(_CudaSet):
 
     def __init__(self, lay):
         import torch
-        from cuda.core import Device, Program, ProgramOptions
+        from cuda.core import Device
 
-        from .generate import ARCHS, generate
+        from .generate import ARCHS
 
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU and none is available (backend='numba' runs on the "
@@ -153,26 +153,49 @@ class CudaKernels(_CudaSet):
             raise RuntimeError(f"no CUDA kernels are generated for {arch} (targets: {', '.join(ARCHS)})")
         self.device = Device(torch.cuda.current_device())
         self.device.set_current()
-        path = generate("cuda", lay.name, arch)
-        super().__init__(lay, path.read_text())
-        options = ProgramOptions(arch=arch, std="c++17", include_path=str(path.parent))
-        module = Program(path.read_text(), code_type="c++", options=options).compile("cubin")
+        source, module = compile_with_cuda_core(lay.name, arch)
+        super().__init__(lay, source)
         self.kernels = {n: module.get_kernel(n) for n in self.entries}
 
     def _launch(self, name, grid, threads, kinds, args):
-        import numpy as np
         import torch
         from cuda.core import LaunchConfig, launch
 
-        handle = torch.cuda.current_stream().cuda_stream
+        stream = self.device.create_stream(TorchStream(torch.cuda.current_stream().cuda_stream))
+        launch(stream, LaunchConfig(grid=int(grid), block=threads), self.kernels[name], *launch_args(kinds, args))
 
-        class _Stream:                     # torch's current stream, through the __cuda_stream__ protocol
-            def __cuda_stream__(self):
-                return (0, handle)
 
-        conv = {"p": lambda a: np.uint64(a.data_ptr()), "q": np.int64, "i": np.int32}
-        launch(self.device.create_stream(_Stream()), LaunchConfig(grid=int(grid), block=threads),
-               self.kernels[name], *[conv[k](a) for k, a in zip(kinds, args)])
+class TorchStream:
+    """A CUDA stream handle (torch's current stream) through cuda.core's ``__cuda_stream__`` protocol:
+    a method returning ``(protocol version, handle)``."""
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def launch_args(kinds: str, args) -> list:
+    """Kernel arguments as cuda.core takes them: a tensor's device pointer (``p``) as uint64, ``q``
+    int64, ``i`` int32 (the kinds of :func:`codegen.generate.cuda_entry_points`)."""
+    import numpy as np
+
+    conv = {"p": lambda a: np.uint64(a.data_ptr()), "q": np.int64, "i": np.int32}
+    return [conv[k](a) for k, a in zip(kinds, args)]
+
+
+def compile_with_cuda_core(dtype: str, arch: str):
+    """The generated CUDA source of ``dtype`` and its cubin for ``arch``, compiled by NVRTC through
+    cuda.core's ``Program`` as the ``cuda`` backend loads it (no device needed until ``get_kernel``)."""
+    from cuda.core import Program, ProgramOptions
+
+    from .generate import generate
+
+    path = generate("cuda", dtype, arch)
+    source = path.read_text()
+    options = ProgramOptions(arch=arch, std="c++17", include_path=str(path.parent))
+    return source, Program(source, code_type="c++", options=options).compile("cubin")
 
 
 class EmulatedCudaKernels(_CudaSet):
