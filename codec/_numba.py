@@ -20,8 +20,10 @@ from numba.cpython.unsafe.numbers import leading_zeros
 
 from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
                        WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
-from .format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L, ZERO_BLOCK_MODES, FormatError,
-                     Header)
+from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
+                     FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
+                     FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
+                     ZERO_BLOCK_MODES, Header, chunk_fault, parse_chunk_head)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, rans_decode16, rans_decode16_values,
@@ -30,26 +32,14 @@ from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, ra
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
 _HEAD = CHUNK_HEAD.size
+# the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
+_CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_RESERVED, _CH_NSM, _CH_NESC, _CH_NWORDS = (
+    CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "reserved", "n_sm", "n_esc", "n_words"))
 _N_ZL = len(ZERO_LEVELS)
 _MODE_A, _MODE_B = ZERO_BLOCK_MODES
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
 _MASK = (1 << PROB_BITS) - 1
 
-# error codes of the decode kernel -> messages
-_ERRORS = {
-    1: "coded payload is shorter than its header",
-    2: "unknown mode or reserved field",
-    3: "shift exceeds the low mantissa bits",
-    4: "codebook id outside family v1",
-    5: "payload too short for its zero-block bitmap",
-    6: "zero-block bitmap leaves no value to code",
-    7: "header counts impossible for the coded values",
-    8: "coded payload size does not match its header",
-    9: "rANS stream ends early",
-    10: "rANS stream inconsistent (final state or word count wrong: corrupted payload)",
-    11: "decoded symbols disagree with the header counts",
-    12: "exponent field out of range",
-}
 
 
 @njit(cache=True, inline="always")
@@ -197,14 +187,14 @@ def _put_escapes(out, p, vals, sym, lo, hi, E, M):
 @njit(cache=True, inline="always")
 def _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
     """A CODED payload's chunk header, zero-block bitmap and final rANS states; returns the offset after them."""
-    _put16(out, 0, cb)
-    _put16(out, 2, ref & 0xFFFF)
-    out[4] = shift
-    out[5] = mode
-    _put16(out, 6, 0)
-    _put32(out, 8, n_sm)
-    _put32(out, 12, n_esc)
-    _put32(out, 16, n_words)
+    _put16(out, _CH_CODEBOOK, cb)
+    _put16(out, _CH_REF, ref & 0xFFFF)
+    out[_CH_SHIFT] = shift
+    out[_CH_MODE] = mode
+    _put16(out, _CH_RESERVED, 0)
+    _put32(out, _CH_NSM, n_sm)
+    _put32(out, _CH_NESC, n_esc)
+    _put32(out, _CH_NWORDS, n_words)
     p = _HEAD
     for b in range(nbitmap):
         out[p + b] = bitmap[b]
@@ -785,23 +775,23 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
     """Validate coded payload ``buf[a:b]`` of ``n`` values; fill ``prm``, the slot table ``tab``
     (TOTAL + LANES entries) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
-        return 1
-    cb = _get16(buf, a)
-    ref = _get16(buf, a + 2)
+        return FAULT_SHORT
+    cb = _get16(buf, a + _CH_CODEBOOK)
+    ref = _get16(buf, a + _CH_REF)
     if ref >= 32768:
         ref -= 65536
-    shift = np.int64(buf[a + 4])
-    mode = np.int64(buf[a + 5])
-    reserved = _get16(buf, a + 6)
-    n_sm = _get32(buf, a + 8)
-    n_esc = _get32(buf, a + 12)
-    n_words = _get32(buf, a + 16)
+    shift = np.int64(buf[a + _CH_SHIFT])
+    mode = np.int64(buf[a + _CH_MODE])
+    reserved = _get16(buf, a + _CH_RESERVED)
+    n_sm = _get32(buf, a + _CH_NSM)
+    n_esc = _get32(buf, a + _CH_NESC)
+    n_words = _get32(buf, a + _CH_NWORDS)
     if reserved != 0 or (mode != 0 and mode != _MODE_A and mode != _MODE_B):
-        return 2
+        return FAULT_MODE
     if shift > M - 1:
-        return 3
+        return FAULT_SHIFT
     if cb >= freqs.shape[0]:
-        return 4
+        return FAULT_CODEBOOK
     p = a + _HEAD
     n_coded = n
     nbm = 0
@@ -811,22 +801,22 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
         nb = (n + bs - 1) // bs
         nbm = (nb + 7) // 8
         if b - p < nbm:
-            return 5
+            return FAULT_BITMAP
         n_coded = 0
         for blk in range(nb):
             if not (buf[p + (blk >> 3)] >> (blk & 7)) & 1:
                 n_coded += min(n, (blk + 1) * bs) - blk * bs
         if n_coded == 0:
-            return 6
+            return FAULT_EMPTY
     bitmap_at = p
     p += nbm
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
-        return 7
+        return FAULT_COUNTS
     k = _lanes(n_coded)
     width = M - shift
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
-        return 8
+        return FAULT_SIZE
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
@@ -924,7 +914,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     n_coded = prm[_P_NCODED]
     wend = prm[_P_WEND]
     if wp > wend:                        # the SIMD rounds ran past the words (first: it explains the rest)
-        return 9
+        return FAULT_RANS_END
     if ke < 0:
         return -ke
     # the refill reads a word unconditionally (clamped inside the payload) and keeps it only when
@@ -947,17 +937,17 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             x[lane] = xl
             sym[base + lane] = ent & 0x7F
         if wp > wend:
-            return 9
+            return FAULT_RANS_END
     if wp != wend:
-        return 10
+        return FAULT_RANS_STATE
     for lane in range(k):
         if x[lane] != RANS_L:
-            return 10
+            return FAULT_RANS_STATE
     if prm[_P_DENSE]:
         ke = _values_dense(buf, sym, done, n_coded, prm, ke, E, M, out)
         if ke < 0:
             return -ke
-        return 0 if ke == prm[_P_NESC] else 11
+        return 0 if ke == prm[_P_NESC] else FAULT_SYMBOLS
     # pass 2, general chunk: zero blocks and ZERO symbols
     n = prm[_P_N]
     mode = prm[_P_MODE]
@@ -1005,10 +995,10 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             oi += 1
             continue
         if kk >= n_sm:
-            return 11
+            return FAULT_SYMBOLS
         if sy == SYM_ESC:
             if ke >= n_esc:
-                return 11
+                return FAULT_SYMBOLS
             ev = _get16(buf, prm[_P_ESC] + 2 * ke)
             ke += 1
             e = ev >> 1
@@ -1017,12 +1007,12 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             e = ((sy - SYM_WINDOW0) >> 1) + ref - WINDOW_LOW
             lead = (sy - SYM_WINDOW0) & 1
         if e < 0 or e > top:
-            return 12
+            return FAULT_EXPONENT
         out[oi] = _value(_residual(buf, plane, n_sm, full, rem, kk), e, lead, E, M, shift)
         kk += 1
         oi += 1
     if kk != n_sm or ke != n_esc:
-        return 11
+        return FAULT_SYMBOLS
     if mode != 0:
         blk = (oi + bs - 1) // bs
         while blk * bs < n:
@@ -1065,18 +1055,18 @@ def _values_dense(buf, sym, lo, hi, prm, ke, E, M, out):
         sy = np.int64(sym[i])
         if sy == SYM_ESC:
             if ke >= prm[_P_NESC]:
-                return -11
+                return -FAULT_SYMBOLS
             ev = _get16(buf, prm[_P_ESC] + 2 * ke)
             ke += 1
             e = ev >> 1
             lead = ev & 1
         elif sy == SYM_ZERO:
-            return -12
+            return -FAULT_EXPONENT
         else:
             e = ((sy - SYM_WINDOW0) >> 1) + prm[_P_REF] - WINDOW_LOW
             lead = (sy - SYM_WINDOW0) & 1
         if e < 0 or e > top:
-            return -12
+            return -FAULT_EXPONENT
         out[i] = _value(_residual(buf, prm[_P_PLANE], prm[_P_NSM], prm[_P_FULL], prm[_P_REM], i), e, lead, E, M,
                         shift)
     return ke
@@ -1220,8 +1210,10 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
     bad = np.flatnonzero(errors)
     if len(bad):
-        j = int(bad[0])
-        raise FormatError(f"chunk {chunks.start + j}: {_ERRORS[int(errors[j])]}")
+        i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
+        if code in HEAD_FAULTS:
+            parse_chunk_head(h, mv, i)          # raises the fault with its values (the kernel has only the code)
+        raise chunk_fault(i, code)
 
 
 def _freqs64():

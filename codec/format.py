@@ -52,7 +52,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .codebook import FAMILY_VERSION, N_CODEBOOKS
 from .layouts import FloatLayout, layout_by_code, packed_nbytes
+from .records import Record
 
 MAGIC = b"ZCCL"
 FORMAT_VERSION = 1
@@ -66,12 +68,51 @@ MAX_NUMEL = 1 << 48
 RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
 MAX_LANES = 32
 ZERO_BLOCK_MODES = (4, 6)         # zero-block bitmaps of 16- and 64-value blocks
-_HEAD = struct.Struct("<4sBBBBIHH")
-CHUNK_HEAD = struct.Struct("<HhBBHIII")   # codebook id, ref, shift, mode, reserved, n_sm, n_esc, n_words
 
 
 class FormatError(ValueError):
     """A stream is malformed, truncated, corrupted, forged or not a zipccl stream."""
+
+
+# The fixed parts, declared once (offsets, sizes, the NumPy dtype and the kernels' constants derive from these)
+STREAM_HEAD = Record("stream_head", [("magic", "4s"), ("version", "B"), ("dtype", "B"), ("flags", "B"),
+                                     ("ndim", "B"), ("chunk_size", "I"), ("family", "H"), ("reserved", "H")],
+                     prefix="SH")
+CHUNK_HEAD = Record("chunk_head", [("codebook", "H"), ("ref", "h"), ("shift", "B"), ("mode", "B"),
+                                   ("reserved", "H"), ("n_sm", "I"), ("n_esc", "I"), ("n_words", "I")],
+                    prefix="CH")
+
+# What can be wrong with a coded chunk: one code and one message per fault, for every decoder (the
+# scalar and vectorised parses below, the numba kernels' error codes, the device decoders).  Codes 1-8
+# are found from the chunk head alone; 9-12 only by decoding the payload.
+FAULT_SHORT, FAULT_MODE, FAULT_SHIFT, FAULT_CODEBOOK, FAULT_BITMAP, FAULT_EMPTY, FAULT_COUNTS, FAULT_SIZE = range(1, 9)
+FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
+CHUNK_FAULTS = {
+    FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
+    FAULT_MODE: "unknown mode {mode} / reserved field {reserved}",
+    FAULT_SHIFT: "shift {shift} exceeds the {low} low mantissa bits",
+    FAULT_CODEBOOK: "codebook id {codebook} outside family v{family} (0..{last})",
+    FAULT_BITMAP: "payload too short for its zero-block bitmap",
+    FAULT_EMPTY: "zero-block bitmap leaves no value to code",
+    FAULT_COUNTS: "counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible for {n_coded} coded values",
+    FAULT_SIZE: "coded payload is {size} bytes, its header implies {implied}",
+    FAULT_RANS_END: "rANS stream ends early",
+    FAULT_RANS_STATE: "rANS stream inconsistent (final state or word count wrong: corrupted payload)",
+    FAULT_SYMBOLS: "decoded symbols disagree with the header counts",
+    FAULT_EXPONENT: "exponent field out of range",
+}
+HEAD_FAULTS = range(FAULT_SHORT, FAULT_SIZE + 1)
+
+
+def chunk_fault(i: int, code: int, **values) -> FormatError:
+    """The :class:`FormatError` of fault ``code`` in chunk ``i``; ``values`` fill its message (a
+    decoder that knows only the code gets the message's words up to the first value)."""
+    text = CHUNK_FAULTS[code]
+    try:
+        text = text.format(**values)
+    except (KeyError, IndexError):
+        text = text.split(" {")[0]
+    return FormatError(f"chunk {i}: {text}")
 
 
 def lanes(n: int) -> int:
@@ -139,14 +180,15 @@ class Header:
 
 def header_nbytes(ndim: int, n_chunks: int, checksum: bool) -> int:
     """Bytes before the first payload: header, shape and chunk table (and CRCs)."""
-    return _HEAD.size + 8 * ndim + 9 * n_chunks + (4 * n_chunks + 4 if checksum else 0)
+    return STREAM_HEAD.size + 8 * ndim + 9 * n_chunks + (4 * n_chunks + 4 if checksum else 0)
 
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
-                family_version: int = 1) -> bytes:
+                family_version: int = FAMILY_VERSION) -> bytes:
     """Header and chunk table for payloads of the given ``sizes``."""
     shape = tuple(int(s) for s in shape)
-    parts = [_HEAD.pack(MAGIC, FORMAT_VERSION, lay.code, flags, len(shape), chunk_size, family_version, 0),
+    parts = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
+                              chunk_size=chunk_size, family=family_version, reserved=0),
              struct.pack(f"<{len(shape)}Q", *shape),
              np.asarray(kinds, dtype=np.uint8).tobytes(),
              np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
@@ -163,14 +205,15 @@ def header_extent(prefix) -> int:
     elsewhere (on a GPU) :func:`parse_header` needs to see.  Nothing is validated here; a value that
     makes no sense comes back small, and ``parse_header`` then says what is wrong."""
     mv = memoryview(prefix).cast("B")
-    if len(mv) < _HEAD.size:
-        return _HEAD.size
-    _, _, _, flags, ndim, chunk_size, _, _ = _HEAD.unpack_from(mv, 0)
-    if ndim > MAX_NDIM or len(mv) < _HEAD.size + 8 * ndim or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-        return min(len(mv), _HEAD.size + 8 * min(ndim, MAX_NDIM))
-    numel = math.prod(struct.unpack_from(f"<{ndim}Q", mv, _HEAD.size))
+    if len(mv) < STREAM_HEAD.size:
+        return STREAM_HEAD.size
+    sh = STREAM_HEAD.unpack_from(mv, 0)
+    flags, ndim, chunk_size = sh.flags, sh.ndim, sh.chunk_size
+    if ndim > MAX_NDIM or len(mv) < STREAM_HEAD.size + 8 * ndim or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        return min(len(mv), STREAM_HEAD.size + 8 * min(ndim, MAX_NDIM))
+    numel = math.prod(struct.unpack_from(f"<{ndim}Q", mv, STREAM_HEAD.size))
     if numel > MAX_NUMEL:
-        return _HEAD.size + 8 * ndim
+        return STREAM_HEAD.size + 8 * ndim
     return header_nbytes(ndim, -(-numel // chunk_size), bool(flags & FLAG_CHECKSUM))
 
 
@@ -186,9 +229,9 @@ def parse_header(buf, length: int | None = None) -> Header:
     size = len(mv) if length is None else int(length)
     if length is not None and len(mv) < min(size, header_extent(mv)):
         raise ValueError(f"parse_header needs the first {header_extent(mv)} bytes, got {len(mv)}")
-    if len(mv) < _HEAD.size:
-        raise FormatError(f"stream too short for a header ({len(mv)} < {_HEAD.size} bytes)")
-    magic, version, code, flags, ndim, chunk_size, fam, reserved = _HEAD.unpack_from(mv, 0)
+    if len(mv) < STREAM_HEAD.size:
+        raise FormatError(f"stream too short for a header ({len(mv)} < {STREAM_HEAD.size} bytes)")
+    magic, version, code, flags, ndim, chunk_size, fam, reserved = STREAM_HEAD.unpack_from(mv, 0)
     if magic != MAGIC:
         raise FormatError(f"not a zipccl stream (magic {bytes(magic)!r}, expected {MAGIC!r})")
     if version != FORMAT_VERSION:
@@ -198,13 +241,13 @@ def parse_header(buf, length: int | None = None) -> Header:
         raise FormatError(f"unknown dtype code {code}")
     if flags & ~(FLAG_CHECKSUM | FLAG_TORCH) or reserved:
         raise FormatError(f"unknown flags {flags:#x} or reserved field {reserved}")
-    if fam != 1:
+    if fam != FAMILY_VERSION:
         raise FormatError(f"unknown codebook family version {fam}")
     if ndim > MAX_NDIM:
         raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
     if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise FormatError(f"chunk size {chunk_size} outside [1, {MAX_CHUNK_SIZE}]")
-    pos = _HEAD.size
+    pos = STREAM_HEAD.size
     if len(mv) < pos + 8 * ndim:
         raise FormatError("stream truncated inside the shape")
     shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
@@ -279,52 +322,48 @@ def chunk_head_extent(h: Header, i):
 
 
 def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
-    """The validated header of coded chunk ``i``.  ``prefix``: the first :func:`chunk_head_extent`
-    bytes of its payload, when the stream itself is elsewhere (on a GPU); offsets stay the stream's."""
-    from .codebook import N_CODEBOOKS
-
+    """The validated header of coded chunk ``i`` (raises the :data:`CHUNK_FAULTS` error of the first
+    check it fails).  ``prefix``: the first :func:`chunk_head_extent` bytes of its payload, when the
+    stream itself is elsewhere (on a GPU); offsets stay the stream's.  :func:`parse_chunk_heads` is its
+    vectorised twin: the same checks in the same order, one message table."""
     a, b = h.chunk_span(i)
     n = h.chunk_len(i)
     if b - a < CHUNK_HEAD.size:
-        raise FormatError(f"chunk {i}: coded payload of {b - a} bytes is shorter than its header")
+        raise chunk_fault(i, FAULT_SHORT, size=b - a)
     if prefix is None:
         mv, shift_at = memoryview(buf).cast("B"), 0
     else:
         mv, shift_at = memoryview(prefix).cast("B"), a
         if len(mv) < chunk_head_extent(h, i):
             raise ValueError(f"chunk {i}: prefix of {len(mv)} bytes, {chunk_head_extent(h, i)} needed")
-    cb, ref, shift, mode, reserved, n_sm, n_esc, n_words = CHUNK_HEAD.unpack_from(mv, a - shift_at)
-    if reserved or (mode and mode not in ZERO_BLOCK_MODES):
-        raise FormatError(f"chunk {i}: unknown mode {mode} / reserved field {reserved}")
+    hd = CHUNK_HEAD.unpack_from(mv, a - shift_at)
+    cb, ref, shift, mode, n_sm, n_esc, n_words = hd.codebook, hd.ref, hd.shift, hd.mode, hd.n_sm, hd.n_esc, hd.n_words
+    if hd.reserved or (mode and mode not in ZERO_BLOCK_MODES):
+        raise chunk_fault(i, FAULT_MODE, mode=mode, reserved=hd.reserved)
     if shift > h.layout.man_bits - 1:
-        raise FormatError(f"chunk {i}: shift {shift} exceeds the {h.layout.man_bits - 1} low mantissa bits")
+        raise chunk_fault(i, FAULT_SHIFT, shift=shift, low=h.layout.man_bits - 1)
     if cb >= N_CODEBOOKS:
-        raise FormatError(f"chunk {i}: codebook id {cb} outside family v1 (0..{N_CODEBOOKS - 1})")
+        raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=FAMILY_VERSION, last=N_CODEBOOKS - 1)
     pos = a + CHUNK_HEAD.size
     zero_blocks, n_coded = None, n
     if mode:
         nb = -(-n // (1 << mode))
         if b - pos < (nb + 7) // 8:
-            raise FormatError(f"chunk {i}: payload too short for its zero-block bitmap")
+            raise chunk_fault(i, FAULT_BITMAP)
         bits = np.unpackbits(np.frombuffer(mv, np.uint8, (nb + 7) // 8, pos - shift_at), count=nb,
                              bitorder="little")
         zero_blocks = bits.astype(bool)
         pos += (nb + 7) // 8
         n_coded = int(np.repeat(~zero_blocks, 1 << mode)[:n].sum())
         if n_coded == 0:
-            raise FormatError(f"chunk {i}: zero-block bitmap leaves no value to code")
+            raise chunk_fault(i, FAULT_EMPTY)
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
-        raise FormatError(f"chunk {i}: counts n_sm={n_sm} n_esc={n_esc} n_words={n_words} impossible "
-                          f"for {n_coded} coded values")
+        raise chunk_fault(i, FAULT_COUNTS, n_sm=n_sm, n_esc=n_esc, n_words=n_words, n_coded=n_coded)
     tail = 4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, h.layout.man_bits - shift) + 2 * n_esc
     if pos + tail != b:
-        raise FormatError(f"chunk {i}: coded payload is {b - a} bytes, its header implies {pos + tail - a}")
+        raise chunk_fault(i, FAULT_SIZE, size=b - a, implied=pos + tail - a)
     return ChunkHead(cb, ref, shift, mode, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
                      pos + 4 * lanes(n_coded))
-
-
-_HEAD_DTYPE = np.dtype([("cb", "<u2"), ("ref", "<i2"), ("shift", "u1"), ("mode", "u1"), ("reserved", "<u2"),
-                        ("n_sm", "<u4"), ("n_esc", "<u4"), ("n_words", "<u4")])
 
 
 def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> dict:
@@ -333,8 +372,6 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     for the first bad chunk.  ``prefixes``: uint8, chunk ``ids[j]``'s first :func:`chunk_head_extent`
     bytes at ``at[j]``.  Returns arrays (one entry per chunk) named like :class:`ChunkHead`'s fields,
     ``zero_blocks`` a list (None for plain chunks)."""
-    from .codebook import N_CODEBOOKS
-
     ids = np.asarray(ids, dtype=np.int64)
     at = np.asarray(at, dtype=np.int64)
     m = len(ids)
@@ -342,33 +379,31 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     a = h.payload_start + prev
     b = h.payload_start + h.ends[ids]
     n = np.minimum(h.chunk_size, h.numel - ids * h.chunk_size)
-    errors = np.full(m, "", dtype=object)
+    fault = np.zeros(m, dtype=np.int64)           # the first failed check of each chunk (0: none yet)
 
-    def fail(mask, message):
-        for j in np.flatnonzero(mask & (errors == "")):
-            errors[j] = message(j)
+    def fail(mask, code):
+        fault[mask & (fault == 0)] = code
 
-    fail(b - a < CHUNK_HEAD.size, lambda j: f"coded payload of {b[j] - a[j]} bytes is shorter than its header")
-    ok = errors == ""
-    rows = np.zeros(m, dtype=_HEAD_DTYPE)
+    fail(b - a < CHUNK_HEAD.size, FAULT_SHORT)
+    ok = fault == 0
+    rows = np.zeros(m, dtype=CHUNK_HEAD.dtype)
     if ok.any():
         idx = at[ok][:, None] + np.arange(CHUNK_HEAD.size)
-        rows[ok] = prefixes[idx].reshape(-1).view(_HEAD_DTYPE)
+        rows[ok] = prefixes[idx].reshape(-1).view(CHUNK_HEAD.dtype)
     mode = rows["mode"].astype(np.int64)
     shift = rows["shift"].astype(np.int64)
-    fail(ok & ((rows["reserved"] != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES))),
-         lambda j: f"unknown mode {mode[j]} / reserved field {rows['reserved'][j]}")
-    fail(ok & (shift > h.layout.man_bits - 1),
-         lambda j: f"shift {shift[j]} exceeds the {h.layout.man_bits - 1} low mantissa bits")
-    fail(ok & (rows["cb"] >= N_CODEBOOKS),
-         lambda j: f"codebook id {rows['cb'][j]} outside family v1 (0..{N_CODEBOOKS - 1})")
+    reserved = rows["reserved"].astype(np.int64)
+    codebook = rows["codebook"].astype(np.int64)
+    fail(ok & ((reserved != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES))), FAULT_MODE)
+    fail(ok & (shift > h.layout.man_bits - 1), FAULT_SHIFT)
+    fail(ok & (codebook >= N_CODEBOOKS), FAULT_CODEBOOK)
     pos = a + CHUNK_HEAD.size
     n_coded = n.copy()
     zero_blocks = [None] * m
-    for j in np.flatnonzero((errors == "") & (mode != 0)):
+    for j in np.flatnonzero((fault == 0) & (mode != 0)):
         nb = -(-int(n[j]) // (1 << int(mode[j])))
         if b[j] - pos[j] < (nb + 7) // 8:
-            errors[j] = "payload too short for its zero-block bitmap"
+            fault[j] = FAULT_BITMAP
             continue
         start = at[j] + CHUNK_HEAD.size
         bits = np.unpackbits(prefixes[start:start + (nb + 7) // 8], count=nb, bitorder="little").astype(bool)
@@ -376,19 +411,21 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
         pos[j] += (nb + 7) // 8
         n_coded[j] = int(np.repeat(~bits, 1 << int(mode[j]))[:int(n[j])].sum())
         if n_coded[j] == 0:
-            errors[j] = "zero-block bitmap leaves no value to code"
+            fault[j] = FAULT_EMPTY
     n_sm, n_esc, n_words = (rows[k].astype(np.int64) for k in ("n_sm", "n_esc", "n_words"))
-    fail((n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded),
-         lambda j: f"counts n_sm={n_sm[j]} n_esc={n_esc[j]} n_words={n_words[j]} impossible "
-                   f"for {n_coded[j]} coded values")
+    fail((n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded), FAULT_COUNTS)
     k = np.array([lanes(int(v)) for v in n_coded], dtype=np.int64) if m else np.zeros(0, np.int64)
     width = h.layout.man_bits - shift
     tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, width) + 2 * n_esc
-    fail(pos + tail != b, lambda j: f"coded payload is {b[j] - a[j]} bytes, its header implies {pos[j] + tail[j] - a[j]}")
-    bad = np.flatnonzero(errors != "")
+    fail(pos + tail != b, FAULT_SIZE)
+    bad = np.flatnonzero(fault)
     if len(bad):
         j = bad[np.argmin(ids[bad])]
-        raise FormatError(f"chunk {int(ids[j])}: {errors[j]}")
-    return {"codebook": rows["cb"].astype(np.int64), "ref": rows["ref"].astype(np.int64), "shift": shift,
+        raise chunk_fault(int(ids[j]), int(fault[j]), size=int(b[j] - a[j]), mode=int(mode[j]),
+                          reserved=int(reserved[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
+                          codebook=int(codebook[j]), family=FAMILY_VERSION, last=N_CODEBOOKS - 1,
+                          n_sm=int(n_sm[j]), n_esc=int(n_esc[j]), n_words=int(n_words[j]),
+                          n_coded=int(n_coded[j]), implied=int(pos[j] + tail[j] - a[j]))
+    return {"codebook": codebook, "ref": rows["ref"].astype(np.int64), "shift": shift,
             "mode": mode, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
             "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k}

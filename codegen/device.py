@@ -31,6 +31,7 @@ from codec.format import FormatError
 from codec.layouts import packed_nbytes
 
 from .kernels import default_device, kernel_set
+from .rows import COPY, COUNTS, DEC_COPY, META, PLACE, PLANES, RANS, STATS
 
 def word_dtype(lay):
     """The torch dtype a layout's words are handled as on the device (unsigned, the kernels' type)."""
@@ -111,7 +112,7 @@ def _chunk_prefixes(h, buf, ids):
     gather(starts, head, at)
     whole = np.flatnonzero(head == fmt.CHUNK_HEAD.size)
     mode = np.zeros(len(ids), dtype=np.uint8)
-    mode[whole] = out[at[whole] + 5]          # the mode byte of the chunk header
+    mode[whole] = out[at[whole] + fmt.CHUNK_HEAD.offset["mode"]]
     bitmapped = np.flatnonzero((mode != 0) & (lens > fmt.CHUNK_HEAD.size))
     if len(bitmapped):
         gather(starts[bitmapped] + fmt.CHUNK_HEAD.size, lens[bitmapped] - fmt.CHUNK_HEAD.size,
@@ -135,9 +136,10 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
     kinds = h.kinds[chunks.start:chunks.stop]
     lo = ids * h.chunk_size - base
     rest = ids[kinds != fmt.KIND_CODED]
-    plain = np.stack([lo[kinds != fmt.KIND_CODED], np.minimum(h.chunk_size, h.numel - rest * h.chunk_size),
-                      h.payload_start + np.where(rest > 0, h.ends[np.maximum(rest - 1, 0)], 0),
-                      kinds[kinds != fmt.KIND_CODED].astype(np.int64)], axis=1)
+    plain = np.stack(DEC_COPY.order(out_at=lo[kinds != fmt.KIND_CODED],
+                                    n=np.minimum(h.chunk_size, h.numel - rest * h.chunk_size),
+                                    pay_at=h.payload_start + np.where(rest > 0, h.ends[np.maximum(rest - 1, 0)], 0),
+                                    kind=kinds[kinds != fmt.KIND_CODED].astype(np.int64)), axis=1)
     ids = ids[kinds == fmt.KIND_CODED]
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
@@ -173,8 +175,10 @@ def _host_heads(h, buf, ids, out_at, dev):
         nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
     plane_at = hd["words"] + 2 * hd["n_words"]
     esc_at = plane_at + packed_nbytes(hd["n_sm"], lay.man_bits - hd["shift"])
-    metas = np.stack([hd["states"], hd["words"], hd["n_words"], plane_at, esc_at, hd["n_sm"], hd["n_esc"],
-                      hd["n_coded"], hd["shift"], tab.reshape(-1), out_at, hd["mode"], nzb_at, hd["lanes"]], axis=1)
+    metas = np.stack(META.order(states_at=hd["states"], words_at=hd["words"], n_words=hd["n_words"], plane_at=plane_at,
+                                esc_at=esc_at, n_sm=hd["n_sm"], n_esc=hd["n_esc"], n_coded=hd["n_coded"],
+                                shift=hd["shift"], table=tab.reshape(-1), out_at=out_at, mode=hd["mode"],
+                                nzb_at=nzb_at, lanes=hd["lanes"]), axis=1)
     return t(metas), tables, his, (t(nzb) if nzb else None)
 
 
@@ -200,13 +204,17 @@ def _device_heads(h, buf_t, ids, out_at):
     at = torch.where(short[:, None], 0, start[:, None] + torch.arange(hsize, device=dev))
     b = buf_t[at].to(torch.int64)
 
-    def le(i, width):
-        return sum(b[:, i + j] << (8 * j) for j in range(width))
+    def field(name):                          # a chunk-head field (codec.format.CHUNK_HEAD), little-endian
+        at, width = fmt.CHUNK_HEAD.offset[name], fmt.CHUNK_HEAD.width[name]
+        return sum(b[:, at + j] << (8 * j) for j in range(width))
 
-    cb, ref, shift, mode, reserved = le(0, 2), le(2, 2), b[:, 4], b[:, 5], le(6, 2)
+    cb, ref, shift, mode, reserved = (field(f) for f in ("codebook", "ref", "shift", "mode", "reserved"))
     ref = torch.where(ref >= 1 << 15, ref - (1 << 16), ref)
-    n_sm, n_esc, n_words = le(8, 4), le(12, 4), le(16, 4)
-    bad = short | (reserved != 0) | ((mode != 0) & (mode != 4) & (mode != 6)) | (shift > lay.man_bits - 1)
+    n_sm, n_esc, n_words = field("n_sm"), field("n_esc"), field("n_words")
+    known = torch.zeros_like(mode, dtype=torch.bool)
+    for m in fmt.ZERO_BLOCK_MODES:
+        known |= mode == m
+    bad = short | (reserved != 0) | ((mode != 0) & ~known) | (shift > lay.man_bits - 1)
     bad |= cb >= cbk.N_CODEBOOKS
     pos = start + hsize
     n_coded = n.clone()
@@ -245,8 +253,9 @@ def _device_heads(h, buf_t, ids, out_at):
     words_at = pos + 4 * k
     plane_at = words_at + 2 * n_words
     esc_at = plane_at + packed_nbytes(n_sm, w)
-    metas = _stack_rows(pos, words_at, n_words, plane_at, esc_at, n_sm, n_esc, n_coded, shift, tab.reshape(-1),
-                        t(out_at), mode, nzb_at, k)
+    metas = _stack_rows(META, states_at=pos, words_at=words_at, n_words=n_words, plane_at=plane_at, esc_at=esc_at,
+                        n_sm=n_sm, n_esc=n_esc, n_coded=n_coded, shift=shift, table=tab.reshape(-1),
+                        out_at=t(out_at), mode=mode, nzb_at=nzb_at, lanes=k)
     return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
 
 
@@ -405,10 +414,11 @@ def _lanes(n):
     return k
 
 
-def _stack_rows(*cols):
+def _stack_rows(row, **columns):
+    """The int64 table of ``row`` (:mod:`codegen.rows`) from its named columns (tensors, one entry each)."""
     import torch
 
-    return torch.stack([c.to(torch.int64) for c in cols], dim=1).contiguous()
+    return torch.stack([c.to(torch.int64) for c in row.order(**columns)], dim=1).contiguous()
 
 
 def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None):
@@ -428,11 +438,13 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     cs = chunk_size
     C = -(-numel // cs)
     nb16, nb64 = -(-cs // 16), -(-cs // 64)
-    stats = torch.empty((C, 10), dtype=torch.int64, device=dev)
+    stats = torch.empty((C, STATS.width), dtype=torch.int64, device=dev)
     nz = {4: torch.zeros((C, nb16), dtype=torch.uint8, device=dev),
           6: torch.zeros((C, nb64), dtype=torch.uint8, device=dev)}
     kern.stats(C, words, numel, cs, stats, nz[4], nz[6], nb16, nb64)
-    n, const, first, zeros, n_log, s1, s2, low, skip16, skip64 = stats.unbind(1)
+    st = dict(zip(STATS.columns, stats.unbind(1)))
+    n, const, zeros, n_log, s1, s2, low = (st[c] for c in ("n", "const", "zeros", "n_log", "s1", "s2", "low"))
+    skip16, skip64 = st["skip16"], st["skip64"]
     M = lay.man_bits
     lowbit = low & -low
     shift = torch.where(low == 0, M - 1, torch.log2(lowbit.clamp(min=1).double()).round().long()).clamp(max=M - 1)
@@ -468,15 +480,15 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     nzb = torch.cat(nzb_parts) if base else torch.zeros(1, dtype=torch.int64, device=dev)
     start = cc * cs
     tab = torch.arange(len(cc), device=dev)
-    zero = torch.zeros_like(cc)
-    counts = torch.zeros((len(cc), 3), dtype=torch.int64, device=dev)
+    counts = torch.zeros((len(cc), COUNTS.width), dtype=torch.int64, device=dev)
     span = 4 * fmt.MAX_LANES + 2 * n_coded             # a candidate's states and (at most n_coded) words
     rans_at = torch.cumsum(span, 0) - span
     rans_out = torch.empty(max(1, int(span.sum())), dtype=torch.uint8, device=dev)
     if len(cc):
-        rows = _stack_rows(start, n_coded, k, cm, nzb_at, tab, ref, rans_at, zero)
+        rows = _stack_rows(RANS, start=start, n_coded=n_coded, lanes=k, mode=cm, nzb_at=nzb_at, table=tab, ref=ref,
+                           rans_at=rans_at)
         kern.rans(len(cc), words, rows, freq, cum, nzb, counts, rans_out)
-    n_words, n_sm, n_esc = counts.unbind(1)
+    n_words, n_sm, n_esc = (counts[:, COUNTS.index[c]] for c in ("n_words", "n_sm", "n_esc"))
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
     size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words + packed_nbytes(n_sm, M - shift[cc])
             + 2 * n_esc)
@@ -505,18 +517,20 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         cmode = cm[chosen]
         states_at = at + fmt.CHUNK_HEAD.size + bitmap[chosen]
         words_at = states_at + 4 * k[chosen]
-        kern.place(len(chosen), _stack_rows(rans_at[chosen], k[chosen], n_words[chosen], states_at), rans_out, out)
+        kern.place(len(chosen), _stack_rows(PLACE, rans_at=rans_at[chosen], lanes=k[chosen], n_words=n_words[chosen],
+                                            states_at=states_at), rans_out, out)
         plane_at = words_at + 2 * n_words[chosen]
         scratch = torch.empty(max(1, int(n_coded[chosen].sum())), dtype=torch.uint8, device=dev)
         scratch_at = torch.cumsum(n_coded[chosen], 0) - n_coded[chosen]
-        rows = _stack_rows(start[chosen], n_coded[chosen], cmode, nzb_at[chosen], chosen, ref[chosen],
-                           shift[cc[chosen]], n_sm[chosen], n_esc[chosen], n_words[chosen], cb[chosen], at,
-                           plane_at, scratch_at)
+        rows = _stack_rows(PLANES, start=start[chosen], n_coded=n_coded[chosen], mode=cmode, nzb_at=nzb_at[chosen],
+                           table=chosen, ref=ref[chosen], shift=shift[cc[chosen]], n_sm=n_sm[chosen],
+                           n_esc=n_esc[chosen], n_words=n_words[chosen], codebook=cb[chosen], pay_at=at,
+                           plane_at=plane_at, scratch_at=scratch_at)
         kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
         _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
     plain = torch.nonzero(~coded).flatten()
     if len(plain):
-        rows = _stack_rows(plain * cs, n[plain], pay_at[plain], kinds[plain])
+        rows = _stack_rows(COPY, start=plain * cs, n=n[plain], pay_at=pay_at[plain], kind=kinds[plain])
         kern.copy(len(plain), words, rows, out)
     return out, kinds.cpu().numpy().astype(np.uint8), sizes_h
 

@@ -24,6 +24,8 @@ from codec import format as fmt
 from codec._version import __version__
 from codec.layouts import LAYOUTS, layout_for
 
+from . import rows
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 #: the hand-written code the generated files of each dialect build on (in the cache key; the CUDA header
 #: is copied beside the generated files, Triton's module is imported from the package)
@@ -48,11 +50,19 @@ def constants(dtype: str) -> dict:
         "MAX_FULL": max(1, lay.man_bits // 8),
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
         "N_SYMBOLS": cbk.N_SYMBOLS, "RENORM_SHIFT": 32 - cbk.PROB_BITS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
-        "N_META": 14, "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION,
+        "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION, "KIND_CONST": fmt.KIND_CONST,
+        "INTERFACE": _interface_constants(),
         "WINDOW": cbk.WINDOW, "WINDOW_LOW": cbk.WINDOW_LOW, "SYM_WINDOW0": cbk.SYM_WINDOW0, "ITEMSIZE": lay.itemsize,
         "MANMASK": (1 << lay.man_bits) - 1, "LOWMASK": (1 << (lay.man_bits - 1)) - 1,
         "MAGMASK": (1 << (8 * lay.itemsize - 1)) - 1,
     }
+
+
+def _interface_constants() -> str:
+    """The kernel rows' column indices (:mod:`codegen.rows`) and the chunk head's field offsets
+    (:data:`codec.format.CHUNK_HEAD`) as members of the CUDA layout struct."""
+    values = {**rows.constants(), **fmt.CHUNK_HEAD.constants()}
+    return "\n".join(f"    static constexpr int {name} = {value};" for name, value in values.items())
 
 
 def render(dialect: str, dtype: str, arch: str | None = None) -> tuple[str, str]:

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from codec import codebook as _cbk
 from codec import format as _fmt
+from codegen import rows as _rows
 
 PROB_BITS = tl.constexpr(_cbk.PROB_BITS)
 TOTAL = tl.constexpr(_cbk.TOTAL)
@@ -31,7 +32,11 @@ WINDOW = tl.constexpr(_cbk.WINDOW)
 WINDOW_LOW = tl.constexpr(_cbk.WINDOW_LOW)
 RANS_L = tl.constexpr(_fmt.RANS_L)
 MAX_LANES = tl.constexpr(_fmt.MAX_LANES)
-N_META = tl.constexpr(14)
+KIND_CONST = tl.constexpr(_fmt.KIND_CONST)
+# the kernel rows' column indices (codegen.rows: META_STATES_AT, PN_SHIFT, ...) and the chunk head's field
+# offsets (codec.format.CHUNK_HEAD: CH_N_SM, ...), one constant each, as the CUDA kernels get them
+globals().update({name: tl.constexpr(value)
+                  for name, value in {**_rows.constants(), **_fmt.CHUNK_HEAD.constants()}.items()})
 
 
 @triton.jit
@@ -39,10 +44,12 @@ def _meta_row(meta, c):
     """Chunk ``c``'s row of the decoders' meta table (codegen.device.decode_into builds it): states, words,
     word count, residual plane, escapes, non-ZERO count, escape count, coded values, shift, table row,
     output offset, zero-block mode, block-list offset, lanes."""
-    mrow = meta + c * N_META
-    return (tl.load(mrow + 0), tl.load(mrow + 1), tl.load(mrow + 2), tl.load(mrow + 3), tl.load(mrow + 4),
-            tl.load(mrow + 5), tl.load(mrow + 6), tl.load(mrow + 7), tl.load(mrow + 8), tl.load(mrow + 9),
-            tl.load(mrow + 10), tl.load(mrow + 11), tl.load(mrow + 12), tl.load(mrow + 13))
+    mrow = meta + c * META_WIDTH
+    return (tl.load(mrow + META_STATES_AT), tl.load(mrow + META_WORDS_AT), tl.load(mrow + META_N_WORDS),
+            tl.load(mrow + META_PLANE_AT), tl.load(mrow + META_ESC_AT), tl.load(mrow + META_N_SM),
+            tl.load(mrow + META_N_ESC), tl.load(mrow + META_N_CODED), tl.load(mrow + META_SHIFT),
+            tl.load(mrow + META_TABLE), tl.load(mrow + META_OUT_AT), tl.load(mrow + META_MODE),
+            tl.load(mrow + META_NZB_AT), tl.load(mrow + META_LANES))
 
 
 @triton.jit
@@ -118,7 +125,7 @@ def _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words):
 @triton.jit
 def dec_symbols(
     buf,        # *u8   the whole stream
-    meta,       # *i64  (n_chunks, N_META) as for decode_coded_chunks
+    meta,       # *i64  (n_chunks, META_WIDTH) as for decode_coded_chunks
     tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 8 | freq << 20
     sym,        # *u8   out: each chunk's symbols, from its offset in sym_at
     sym_at,     # *i64  (n_chunks,)
@@ -149,7 +156,7 @@ def dec_symbols(
 @triton.jit
 def dec_values(
     buf,        # *u8   the whole stream
-    meta,       # *i64  (n_chunks, N_META) as for decode_coded_chunks
+    meta,       # *i64  (n_chunks, META_WIDTH) as for decode_coded_chunks
     hi,         # *i64  (n_tables, N_SYMBOLS) symbol -> exponent << M | leading bit << (M-1); -1 impossible
     nzb,        # *i64  indices of the non-zero blocks of zero-block chunks
     sym,        # *u8   dec_symbols' output
@@ -186,7 +193,7 @@ def dec_values(
 @triton.jit
 def decode_coded_chunks(
     buf,        # *u8   the whole stream
-    meta,       # *i64  (n_chunks, N_META) per-chunk offsets and counts, see codegen.device.decode_into
+    meta,       # *i64  (n_chunks, META_WIDTH) per-chunk offsets and counts, see codegen.device.decode_into
     tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 8 | freq << 20
     hi,         # *i64  (n_tables, N_SYMBOLS) symbol -> exponent << M | leading bit << (M-1); -1 impossible
     nzb,        # *i64  indices of the non-zero blocks of zero-block chunks
@@ -243,7 +250,7 @@ def _or(a, b):
 def enc_stats(
     words,      # *uint the input words
     n_total, cs,
-    stats,      # *i64  (C, 10) out: n, const, first word, zeros, n_log, sum e, sum e^2, OR of low bits, skipped(16), skipped(64)
+    stats,      # *i64  out: a codegen.rows STATS row per chunk
     nz16,       # *u8   (C, nb16) out: 1 where a 16-value block holds a word that is not +0
     nz64,       # *u8   (C, nb64) out: the same for 64-value blocks
     nb16, nb64,
@@ -290,17 +297,17 @@ def enc_stats(
         skip64 += tl.sum(tl.where(nzb == 0, cnt, 0), 0)
         b = t // 64 + tl.arange(0, BLOCK // 64)
         tl.store(nz64 + c * nb64 + b, nzb.to(tl.uint8), mask=b * 64 < n)
-    row = stats + c * 10
-    tl.store(row + 0, n)
-    tl.store(row + 1, (differ == 0).to(tl.int64))
-    tl.store(row + 2, first)
-    tl.store(row + 3, zeros)
-    tl.store(row + 4, n_log)
-    tl.store(row + 5, s1)
-    tl.store(row + 6, s2)
-    tl.store(row + 7, low)
-    tl.store(row + 8, skip16)
-    tl.store(row + 9, skip64)
+    row = stats + c * ST_WIDTH
+    tl.store(row + ST_N, n)
+    tl.store(row + ST_CONST, (differ == 0).to(tl.int64))
+    tl.store(row + ST_FIRST, first)
+    tl.store(row + ST_ZEROS, zeros)
+    tl.store(row + ST_N_LOG, n_log)
+    tl.store(row + ST_S1, s1)
+    tl.store(row + ST_S2, s2)
+    tl.store(row + ST_LOW, low)
+    tl.store(row + ST_SKIP16, skip16)
+    tl.store(row + ST_SKIP64, skip64)
 
 
 @triton.jit
@@ -325,11 +332,11 @@ def _symbol(w, ref, freq_row, has_zero, active, M: tl.constexpr, TOP: tl.constex
 @triton.jit
 def enc_rans(
     words,      # *uint the input words
-    rows,       # *i64  (R, 9) start, n_coded, lanes, mode, nzb offset, table row, ref, scratch offset, -
+    rows,       # *i64  a codegen.rows RANS row per candidate payload
     freq,       # *i64  (T, N_SYMBOLS) clipped frequencies
     cum,        # *i64  (T, N_SYMBOLS) their exclusive prefix sums
     nzb,        # *i64  non-zero block indices of zero-block payloads
-    counts,     # *i64  (R, 3) out: words, non-ZERO values, escapes
+    counts,     # *i64  out: a codegen.rows COUNTS row per candidate
     scratch,    # *u8   out, at the row's offset: MAX_LANES u32 final states, then the words in emission order
     E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, ITEMSIZE: tl.constexpr,          # the layout's constants
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
@@ -337,15 +344,15 @@ def enc_rans(
     # rANS is a stack: symbols go in last-first; within a round lane k-1 first.  The lanes are the
     # vector lanes; a lane whose state would overflow flushes 16 bits, placed by a suffix count.
     r_ = tl.program_id(0)
-    row = rows + r_ * 9
-    start = tl.load(row + 0)
-    n = tl.load(row + 1)
-    k = tl.load(row + 2)
-    mode = tl.load(row + 3)
-    nzb_at = tl.load(row + 4)
-    tab = tl.load(row + 5)
-    ref = tl.load(row + 6)
-    at = tl.load(row + 7)
+    row = rows + r_ * RR_WIDTH
+    start = tl.load(row + RR_START)
+    n = tl.load(row + RR_N_CODED)
+    k = tl.load(row + RR_LANES)
+    mode = tl.load(row + RR_MODE)
+    nzb_at = tl.load(row + RR_NZB_AT)
+    tab = tl.load(row + RR_TABLE)
+    ref = tl.load(row + RR_REF)
+    at = tl.load(row + RR_RANS_AT)
     lanes = tl.arange(0, MAX_LANES)
     zv = tl.zeros([MAX_LANES], tl.int64)
     live = lanes < k
@@ -382,14 +389,14 @@ def enc_rans(
         x = tl.where(active, (q.to(tl.int64) << PROB_BITS) + (x32 - q * fs).to(tl.int64) + cm, x)
     for b in tl.static_range(4):
         tl.store(scratch + at + 4 * lanes + b, ((x >> (8 * b)) & 0xFF).to(tl.uint8), mask=live)
-    tl.store(counts + r_ * 3, cnt)
-    tl.store(counts + r_ * 3 + 1, n_sm)
-    tl.store(counts + r_ * 3 + 2, n_esc)
+    tl.store(counts + r_ * CT_WIDTH + CT_N_WORDS, cnt)
+    tl.store(counts + r_ * CT_WIDTH + CT_N_SM, n_sm)
+    tl.store(counts + r_ * CT_WIDTH + CT_N_ESC, n_esc)
 
 
 @triton.jit
 def enc_place(
-    rows,       # *i64  (R, 4) scratch offset, lanes, words, states offset in the stream (the words follow)
+    rows,       # *i64  a codegen.rows PLACE row per chosen candidate
     scratch,    # *u8   enc_rans's output
     out,        # *u8   the stream
     BLOCK: tl.constexpr,
@@ -397,11 +404,11 @@ def enc_place(
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
 ):
     r_ = tl.program_id(0)
-    row = rows + r_ * 4
-    at = tl.load(row + 0)
-    k = tl.load(row + 1)
-    nw = tl.load(row + 2)
-    dst = tl.load(row + 3)
+    row = rows + r_ * PL_WIDTH
+    at = tl.load(row + PL_RANS_AT)
+    k = tl.load(row + PL_LANES)
+    nw = tl.load(row + PL_N_WORDS)
+    dst = tl.load(row + PL_STATES_AT)
     lanes = tl.arange(0, BLOCK)
     ok = lanes < 4 * k
     tl.store(out + dst + lanes, tl.load(scratch + at + lanes, mask=ok, other=0), mask=ok)
@@ -421,8 +428,7 @@ def _store_le(out, at, v, nbytes: tl.constexpr):
 @triton.jit
 def enc_planes(
     words,      # *uint the input words
-    rows,       # *i64  (R, 14) start, n_coded, mode, nzb offset, table row, ref, shift, n_sm, n_esc,
-                #       n_words, codebook, payload offset, residual plane offset, scratch offset
+    rows,       # *i64  a codegen.rows PLANES row per chosen candidate
     freq,       # *i64  (T, N_SYMBOLS) clipped frequencies
     nzb,        # *i64  non-zero block indices of zero-block payloads
     out,        # *u8   the stream
@@ -432,30 +438,30 @@ def enc_planes(
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
 ):
     r_ = tl.program_id(0)
-    row = rows + r_ * 14
-    start = tl.load(row + 0)
-    n = tl.load(row + 1)
-    mode = tl.load(row + 2)
-    nzb_at = tl.load(row + 3)
-    tab = tl.load(row + 4)
-    ref = tl.load(row + 5)
-    shift = tl.load(row + 6)
-    n_sm = tl.load(row + 7)
-    n_esc = tl.load(row + 8)
-    n_words = tl.load(row + 9)
-    cb = tl.load(row + 10)
-    pay_at = tl.load(row + 11)
-    plane_at = tl.load(row + 12)
-    scratch_at = tl.load(row + 13)
-    # chunk header: u16 codebook | i16 ref | u8 shift | u8 mode | u16 0 | u32 n_sm | u32 n_esc | u32 n_words
-    _store_le(out, pay_at, cb, 2)
-    _store_le(out, pay_at + 2, ref & 0xFFFF, 2)
-    _store_le(out, pay_at + 4, shift, 1)
-    _store_le(out, pay_at + 5, mode, 1)
-    _store_le(out, pay_at + 6, tl.zeros([], tl.int64), 2)
-    _store_le(out, pay_at + 8, n_sm, 4)
-    _store_le(out, pay_at + 12, n_esc, 4)
-    _store_le(out, pay_at + 16, n_words, 4)
+    row = rows + r_ * PN_WIDTH
+    start = tl.load(row + PN_START)
+    n = tl.load(row + PN_N_CODED)
+    mode = tl.load(row + PN_MODE)
+    nzb_at = tl.load(row + PN_NZB_AT)
+    tab = tl.load(row + PN_TABLE)
+    ref = tl.load(row + PN_REF)
+    shift = tl.load(row + PN_SHIFT)
+    n_sm = tl.load(row + PN_N_SM)
+    n_esc = tl.load(row + PN_N_ESC)
+    n_words = tl.load(row + PN_N_WORDS)
+    cb = tl.load(row + PN_CODEBOOK)
+    pay_at = tl.load(row + PN_PAY_AT)
+    plane_at = tl.load(row + PN_PLANE_AT)
+    scratch_at = tl.load(row + PN_SCRATCH_AT)
+    # the chunk head (codec.format.CHUNK_HEAD)
+    _store_le(out, pay_at + CH_CODEBOOK, cb, 2)
+    _store_le(out, pay_at + CH_REF, ref & 0xFFFF, 2)
+    _store_le(out, pay_at + CH_SHIFT, shift, 1)
+    _store_le(out, pay_at + CH_MODE, mode, 1)
+    _store_le(out, pay_at + CH_RESERVED, tl.zeros([], tl.int64), 2)
+    _store_le(out, pay_at + CH_N_SM, n_sm, 4)
+    _store_le(out, pay_at + CH_N_ESC, n_esc, 4)
+    _store_le(out, pay_at + CH_N_WORDS, n_words, 4)
     width = M - shift
     full = width // 8
     rem = width % 8
@@ -508,19 +514,19 @@ def enc_planes(
 @triton.jit
 def enc_copy(
     words,      # *uint the input words
-    rows,       # *i64  (R, 4) start, values, payload offset, kind (0 RAW: every word, 2 CONST: the first)
+    rows,       # *i64  a codegen.rows COPY row per RAW/CONST chunk (RAW: every word, CONST: the first)
     out,        # *u8   the stream
     BLOCK: tl.constexpr,
     E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, ITEMSIZE: tl.constexpr,          # the layout's constants
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
 ):
     r_ = tl.program_id(0)
-    row = rows + r_ * 4
-    start = tl.load(row + 0)
-    n = tl.load(row + 1)
-    pay_at = tl.load(row + 2)
-    kind = tl.load(row + 3)
-    n = tl.where(kind == 2, 1, n)
+    row = rows + r_ * CP_WIDTH
+    start = tl.load(row + CP_START)
+    n = tl.load(row + CP_N)
+    pay_at = tl.load(row + CP_PAY_AT)
+    kind = tl.load(row + CP_KIND)
+    n = tl.where(kind == KIND_CONST, 1, n)
     lanes = tl.arange(0, BLOCK)
     for t in range(0, n, BLOCK):
         i = t + lanes
@@ -533,18 +539,18 @@ def enc_copy(
 @triton.jit
 def dec_copy(
     buf,        # *u8   the stream
-    rows,       # *i64  (R, 4) output offset, values, payload offset, kind (0 RAW: every word, 2 CONST: one)
+    rows,       # *i64  a codegen.rows DEC_COPY row per RAW/CONST chunk
     out,        # *uint output words
     BLOCK: tl.constexpr,
     E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, ITEMSIZE: tl.constexpr,          # the layout's constants
     MANMASK: tl.constexpr, LOWMASK: tl.constexpr, MAGMASK: tl.constexpr, MAX_FULL: tl.constexpr,
 ):
     r_ = tl.program_id(0)
-    row = rows + r_ * 4
-    out_at = tl.load(row + 0)
-    n = tl.load(row + 1)
-    pay_at = tl.load(row + 2)
-    step = tl.where(tl.load(row + 3) == 2, 0, ITEMSIZE)
+    row = rows + r_ * DC_WIDTH
+    out_at = tl.load(row + DC_OUT_AT)
+    n = tl.load(row + DC_N)
+    pay_at = tl.load(row + DC_PAY_AT)
+    step = tl.where(tl.load(row + DC_KIND) == KIND_CONST, 0, ITEMSIZE)
     lanes = tl.arange(0, BLOCK)
     for t in range(0, n, BLOCK):
         i = t + lanes

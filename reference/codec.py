@@ -239,7 +239,8 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
         shift = _trailing_zeros(int(np.bitwise_or.reduce(low[j][keep])), M - 1)
         residual = (sign[j][keep] << (M - 1 - shift)) | (low[j][keep] >> shift)
         esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
-        out.append(b"".join([CHUNK_HEAD.pack(cb, ref, shift, mode, 0, int(keep.sum()), len(esc), len(words[j])),
+        out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, reserved=0,
+                                             n_sm=int(keep.sum()), n_esc=len(esc), n_words=len(words[j])),
                              bitmaps[j] if mode else b"",
                              states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
                              pack_bits(residual, M - shift), esc.astype("<u2").tobytes()]))

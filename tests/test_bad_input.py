@@ -148,7 +148,8 @@ def _heads_one_by_one(h, blob, ids):
        count=st.integers(1, 3), offset=st.one_of(st.none(), st.integers(0, 27)))
 def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, offset):
     """format.parse_chunk_heads (the GPU decoders' vectorised parse) accepts exactly what parse_chunk_head
-    accepts and names the same first bad chunk with the same message."""
+    accepts and names the same first bad chunk with the same message; so do the decoders (the numba
+    kernels' fault codes and the reference's parse): one message table, codec.format.CHUNK_FAULTS."""
     blob = bytearray(_heads_stream())
     h = fmt.parse_header(blob)
     ids = np.flatnonzero(h.kinds == fmt.KIND_CODED)
@@ -168,6 +169,10 @@ def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, off
         with pytest.raises(fmt.FormatError) as got:
             fmt.parse_chunk_heads(h, ids, prefixes, at)
         assert str(got.value) == str(e)
+        for backend in ("numba", "reference"):
+            with pytest.raises(fmt.FormatError) as got:
+                codec.decode(bytes(blob), backend=backend)
+            assert str(got.value) == str(e), backend
         return
     got = fmt.parse_chunk_heads(h, ids, prefixes, at)
     for j, hd in enumerate(want):

@@ -18,7 +18,7 @@ namespace zipccl {
 
 template <class L>
 __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the whole stream
-                      const i64* __restrict__ meta,     // (n_chunks, L::N_META), as in the Triton kernel
+                      const i64* __restrict__ meta,     // (n_chunks, L::META_WIDTH): codegen/rows.py META
                       const i64* __restrict__ tables,   // (n_tables, L::TOTAL) sym | (slot-cum) << 8 | freq << 20
                       const i64* __restrict__ hi,       // (n_tables, L::N_SYMBOLS) exponent/leading bit, -1 impossible
                       const i64* __restrict__ nzb,      // non-zero block indices of zero-block chunks
@@ -29,10 +29,12 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
     __shared__ i64 hsym[L::N_SYMBOLS];
     const int c = blockIdx.x;
     const int lane = threadIdx.x;
-    const i64* m = meta + (i64)c * L::N_META;
-    const i64 states_at = m[0], words_at = m[1], n_words = m[2], plane_at = m[3], esc_at = m[4];
-    const i64 n_sm = m[5], n_esc = m[6], n_coded = m[7], tab = m[9], out_at = m[10], nzb_at = m[12];
-    const int shift = (int)m[8], mode = (int)m[11], k = (int)m[13];
+    const i64* m = meta + (i64)c * L::META_WIDTH;
+    const i64 states_at = m[L::META_STATES_AT], words_at = m[L::META_WORDS_AT], n_words = m[L::META_N_WORDS];
+    const i64 plane_at = m[L::META_PLANE_AT], esc_at = m[L::META_ESC_AT], n_sm = m[L::META_N_SM];
+    const i64 n_esc = m[L::META_N_ESC], n_coded = m[L::META_N_CODED], tab = m[L::META_TABLE];
+    const i64 out_at = m[L::META_OUT_AT], nzb_at = m[L::META_NZB_AT];
+    const int shift = (int)m[L::META_SHIFT], mode = (int)m[L::META_MODE], k = (int)m[L::META_LANES];
     for (int t = lane; t < L::TOTAL; t += 32) slot[t] = (u32)tables[tab * L::TOTAL + t];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) hsym[t] = hi[tab * L::N_SYMBOLS + t];
     __syncwarp();
@@ -197,9 +199,11 @@ __device__ __forceinline__ void enc_stats(const typename L::word_t* __restrict__
         __syncthreads();
     }
     if (tid == 0) {
-        i64* row = stats + c * 10;
-        row[0] = n; row[1] = red[0][0] == 0; row[2] = (i64)first; row[3] = red[1][0]; row[4] = red[2][0];
-        row[5] = red[3][0]; row[6] = red[4][0]; row[7] = red[5][0]; row[8] = red[6][0]; row[9] = red[7][0];
+        i64* row = stats + c * L::ST_WIDTH;
+        row[L::ST_N] = n; row[L::ST_CONST] = red[0][0] == 0; row[L::ST_FIRST] = (i64)first;
+        row[L::ST_ZEROS] = red[1][0]; row[L::ST_N_LOG] = red[2][0]; row[L::ST_S1] = red[3][0];
+        row[L::ST_S2] = red[4][0]; row[L::ST_LOW] = red[5][0]; row[L::ST_SKIP16] = red[6][0];
+        row[L::ST_SKIP64] = red[7][0];
     }
 }
 
@@ -215,9 +219,10 @@ __device__ __forceinline__ void enc_rans(const typename L::word_t* __restrict__ 
     __shared__ i64 red[2][32];
     const i64 r = blockIdx.x;
     const int lane = threadIdx.x;
-    const i64* row = rows + r * 9;
-    const i64 start = row[0], n = row[1], nzb_at = row[4], tab = row[5], ref = row[6], at = row[7];
-    const int k = (int)row[2], mode = (int)row[3];
+    const i64* row = rows + r * L::RR_WIDTH;
+    const i64 start = row[L::RR_START], n = row[L::RR_N_CODED], nzb_at = row[L::RR_NZB_AT];
+    const i64 tab = row[L::RR_TABLE], ref = row[L::RR_REF], at = row[L::RR_RANS_AT];
+    const int k = (int)row[L::RR_LANES], mode = (int)row[L::RR_MODE];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) {
         f_s[t] = freq[tab * L::N_SYMBOLS + t];
         c_s[t] = cum[tab * L::N_SYMBOLS + t];
@@ -257,16 +262,17 @@ __device__ __forceinline__ void enc_rans(const typename L::word_t* __restrict__ 
     if (lane == 0) {
         i64 a = 0, b = 0;
         for (int l = 0; l < 32; ++l) { a += red[0][l]; b += red[1][l]; }
-        counts[r * 3] = cnt; counts[r * 3 + 1] = a; counts[r * 3 + 2] = b;
+        i64* crow = counts + r * L::CT_WIDTH;
+        crow[L::CT_N_WORDS] = cnt; crow[L::CT_N_SM] = a; crow[L::CT_N_ESC] = b;
     }
 }
 
 template <class L>
-__device__ __forceinline__ void enc_place(const i64* __restrict__ rows,     // (R, 4) as in the Triton kernel
+__device__ __forceinline__ void enc_place(const i64* __restrict__ rows,     // (R, L::PL_WIDTH): codegen/rows.py PLACE
                          const u8* __restrict__ scratch, u8* __restrict__ out)
 {
-    const i64* row = rows + (i64)blockIdx.x * 4;
-    const i64 at = row[0], k = row[1], nw = row[2], dst = row[3];
+    const i64* row = rows + (i64)blockIdx.x * L::PL_WIDTH;
+    const i64 at = row[L::PL_RANS_AT], k = row[L::PL_LANES], nw = row[L::PL_N_WORDS], dst = row[L::PL_STATES_AT];
     for (i64 j = threadIdx.x; j < 4 * k; j += blockDim.x) out[dst + j] = scratch[at + j];
     for (i64 j = threadIdx.x; j < 2 * nw; j += blockDim.x)   // the stream holds the words reversed
         out[dst + 4 * k + j] = scratch[at + 4 * L::MAX_LANES + 2 * (nw - 1 - j / 2) + (j & 1)];
@@ -274,28 +280,29 @@ __device__ __forceinline__ void enc_place(const i64* __restrict__ rows,     // (
 
 template <class L>
 __device__ __forceinline__ void enc_planes(const typename L::word_t* __restrict__ words,
-                          const i64* __restrict__ rows,    // (R, 14) as in the Triton kernel
+                          const i64* __restrict__ rows,    // (R, L::PN_WIDTH): codegen/rows.py PLANES
                           const i64* __restrict__ freq, const i64* __restrict__ nzb,
                           u8* __restrict__ out, u8* __restrict__ scratch)
 {
     __shared__ i64 f_s[L::N_SYMBOLS];
     const i64 r = blockIdx.x;
     const int lane = threadIdx.x;
-    const i64* row = rows + r * 14;
-    const i64 start = row[0], n = row[1], nzb_at = row[3], tab = row[4], ref = row[5];
-    const i64 n_sm = row[7], n_esc = row[8], n_words = row[9], cb = row[10], pay_at = row[11];
-    const i64 plane_at = row[12], scratch_at = row[13];
-    const int mode = (int)row[2], shift = (int)row[6];
+    const i64* row = rows + r * L::PN_WIDTH;
+    const i64 start = row[L::PN_START], n = row[L::PN_N_CODED], nzb_at = row[L::PN_NZB_AT], tab = row[L::PN_TABLE];
+    const i64 ref = row[L::PN_REF], n_sm = row[L::PN_N_SM], n_esc = row[L::PN_N_ESC], n_words = row[L::PN_N_WORDS];
+    const i64 cb = row[L::PN_CODEBOOK], pay_at = row[L::PN_PAY_AT], plane_at = row[L::PN_PLANE_AT];
+    const i64 scratch_at = row[L::PN_SCRATCH_AT];
+    const int mode = (int)row[L::PN_MODE], shift = (int)row[L::PN_SHIFT];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) f_s[t] = freq[tab * L::N_SYMBOLS + t];
-    if (lane == 0) {       // u16 codebook | i16 ref | u8 shift | u8 mode | u16 0 | u32 n_sm | u32 n_esc | u32 n_words
-        zipccl_store_le(out, pay_at, (u64)cb, 2);
-        zipccl_store_le(out, pay_at + 2, (u64)ref & 0xFFFFu, 2);
-        zipccl_store_le(out, pay_at + 4, (u64)shift, 1);
-        zipccl_store_le(out, pay_at + 5, (u64)mode, 1);
-        zipccl_store_le(out, pay_at + 6, 0, 2);
-        zipccl_store_le(out, pay_at + 8, (u64)n_sm, 4);
-        zipccl_store_le(out, pay_at + 12, (u64)n_esc, 4);
-        zipccl_store_le(out, pay_at + 16, (u64)n_words, 4);
+    if (lane == 0) {       // the chunk head (codec/format.py CHUNK_HEAD)
+        zipccl_store_le(out, pay_at + L::CH_CODEBOOK, (u64)cb, 2);
+        zipccl_store_le(out, pay_at + L::CH_REF, (u64)ref & 0xFFFFu, 2);
+        zipccl_store_le(out, pay_at + L::CH_SHIFT, (u64)shift, 1);
+        zipccl_store_le(out, pay_at + L::CH_MODE, (u64)mode, 1);
+        zipccl_store_le(out, pay_at + L::CH_RESERVED, 0, 2);
+        zipccl_store_le(out, pay_at + L::CH_N_SM, (u64)n_sm, 4);
+        zipccl_store_le(out, pay_at + L::CH_N_ESC, (u64)n_esc, 4);
+        zipccl_store_le(out, pay_at + L::CH_N_WORDS, (u64)n_words, 4);
     }
     __syncwarp();
     const bool has_zero = f_s[L::SYM_ZERO] > 0;
@@ -343,24 +350,24 @@ __device__ __forceinline__ void enc_planes(const typename L::word_t* __restrict_
 
 template <class L>
 __device__ __forceinline__ void enc_copy(const typename L::word_t* __restrict__ words,
-                        const i64* __restrict__ rows,      // (R, 4) start, values, payload offset, kind
+                        const i64* __restrict__ rows,      // (R, L::CP_WIDTH): codegen/rows.py COPY
                         u8* __restrict__ out)
 {
-    const i64* row = rows + (i64)blockIdx.x * 4;
-    const i64 start = row[0], pay_at = row[2];
-    const i64 n = row[3] == 2 ? 1 : row[1];
+    const i64* row = rows + (i64)blockIdx.x * L::CP_WIDTH;
+    const i64 start = row[L::CP_START], pay_at = row[L::CP_PAY_AT];
+    const i64 n = row[L::CP_KIND] == L::KIND_CONST ? 1 : row[L::CP_N];
     for (i64 i = threadIdx.x; i < n; i += blockDim.x)
         zipccl_store_le(out, pay_at + L::ITEMSIZE * i, (u64)words[start + i], L::ITEMSIZE);
 }
 
 template <class L>
 __device__ __forceinline__ void dec_copy(const u8* __restrict__ buf,
-                        const i64* __restrict__ rows,      // (R, 4) output offset, values, payload offset, kind
+                        const i64* __restrict__ rows,      // (R, L::DC_WIDTH): codegen/rows.py DEC_COPY
                         typename L::word_t* __restrict__ out)
 {
-    const i64* row = rows + (i64)blockIdx.x * 4;
-    const i64 out_at = row[0], n = row[1], pay_at = row[2];
-    const i64 step = row[3] == 2 ? 0 : L::ITEMSIZE;
+    const i64* row = rows + (i64)blockIdx.x * L::DC_WIDTH;
+    const i64 out_at = row[L::DC_OUT_AT], n = row[L::DC_N], pay_at = row[L::DC_PAY_AT];
+    const i64 step = row[L::DC_KIND] == L::KIND_CONST ? 0 : L::ITEMSIZE;
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
         u64 w = 0;
         for (int b = 0; b < L::ITEMSIZE; ++b) w |= (u64)buf[pay_at + step * i + b] << (8 * b);
