@@ -6,12 +6,35 @@
 >>> y = codec.decode(blob)
 >>> bool((y.view(np.uint32) == x.view(np.uint32)).all()) and len(blob) < x.nbytes
 True
+
+The package is layered (README, "Layers"): importing it, or ``codec.format``, loads only the bottom
+layer (dtype layouts, model, codebooks, format); the public API (:mod:`codec.api`) and through it the
+backends are imported on first use of one of its names.
 """
-from ._version import __version__
+import importlib
+
 from ._threads import get_num_threads, set_num_threads
-from .api import decode, decode_chunks, encode, inspect, max_encoded_size, partition, shard_streams, slice_stream
+from ._version import __version__
 from .format import FormatError
 from .layouts import SUPPORTED
 
-__all__ = ["encode", "decode", "decode_chunks", "max_encoded_size", "slice_stream", "partition", "shard_streams",
-           "inspect", "FormatError", "SUPPORTED", "get_num_threads", "set_num_threads"]
+_API = ("encode", "decode", "decode_chunks", "max_encoded_size", "slice_stream", "partition", "shard_streams",
+        "inspect")
+__all__ = list(_API) + ["FormatError", "SUPPORTED", "get_num_threads", "set_num_threads", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(".api", __name__), name)
+        globals()[name] = value
+        return value
+    try:                                   # a submodule not imported yet (codec.api, codec.planes...)
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

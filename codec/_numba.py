@@ -23,7 +23,7 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
                      FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
-                     ZERO_BLOCK_MODES, Header, chunk_fault, parse_chunk_head)
+                     VALUES_PER_LANE, ZERO_BLOCK_MODES, Header, chunk_fault, crc32c, parse_chunk_head)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, rans_decode16, rans_decode16_values,
@@ -41,11 +41,10 @@ _RENORM_SHIFT = 16 + 16 - PROB_BITS
 _MASK = (1 << PROB_BITS) - 1
 
 
-
 @njit(cache=True, inline="always")
 def _lanes(n):
     k = 1
-    while k < MAX_LANES and 2 * k * 1024 <= n:
+    while k < MAX_LANES and 2 * k * VALUES_PER_LANE <= n:
         k *= 2
     return k
 
@@ -756,8 +755,6 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
             prev_c0, prev_first, prev_at, kinds, sizes, ctl)
     crcs = None
     if checksum:
-        from .format import crc32c
-
         ends = (pos + np.cumsum(sizes)).tolist()
         crcs = [crc32c(dst[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
     return kinds, sizes, crcs
@@ -1273,23 +1270,3 @@ def or_low_bits(buf, width, words):
             words[i] |= (acc & mask) << (8 * full)
             acc >>= rem
             nacc -= rem
-
-
-# ----------------------------------------------------------------------- compile ahead
-def warm(part: str) -> None:
-    """Compile (or load from numba's on-disk cache) one part of the kernels: ``"decoders"`` (one per
-    supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them side
-    by side (the test suite does, on its first run).  Their cache files are disjoint but for two small
-    helpers both use (``_tables``, ``_move``): should the two processes race on those, one entry is
-    lost and compiled again later, nothing worse (numba replaces its index files atomically)."""
-    from .api import decode, encode
-    from .layouts import LAYOUTS
-
-    if part not in ("decoders", "encoders"):
-        raise ValueError(f"unknown part {part!r}: decoders or encoders")
-    for lay in LAYOUTS:
-        x = (np.arange(40_000) % 251).astype(lay.uint).view(lay.numpy_dtype)
-        if part == "decoders":
-            decode(encode(x, chunk_size=16384, backend="reference"), backend="numba")
-        else:
-            encode(x, chunk_size=16384, backend="numba")

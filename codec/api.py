@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from . import backends
 from . import format as fmt
 from .codebook import PHASES, ZERO_LEVELS, codebook_params
 from .format import FormatError
@@ -19,28 +20,10 @@ DEFAULT_CHUNK_SIZE_F32 = 1 << 14
 
 def default_chunk_size(lay: FloatLayout) -> int:
     return DEFAULT_CHUNK_SIZE_F32 if lay.itemsize == 4 else DEFAULT_CHUNK_SIZE
-BACKENDS = ("numba", "reference", "triton", "cuda")
-DEVICE_BACKENDS = ("triton", "cuda")   # generated GPU kernels (codegen); "auto" picks triton for GPU data
 
 
-def _backend(name: str):
-    """``auto``: the numba fast path (byte-identical to the reference); ``reference``: the NumPy spec."""
-    if name in ("auto", "numba"):
-        from . import _numba
-
-        return _numba
-    if name == "reference":
-        import reference
-
-        return reference
-    if name in DEVICE_BACKENDS:
-        from codegen import device
-
-        return device.backend(name)
-    raise ValueError(f"unknown backend {name!r}; available: auto, {', '.join(BACKENDS)}")
-
-
-ENCODE_GROUP_BYTES = 16 << 20   # input per encode_chunks call of the backends that return payloads
+BACKENDS = backends.names()
+DEVICE_BACKENDS = backends.device_names()   # generated GPU kernels (codegen); "auto" picks triton for GPU data
 
 
 def partition(numel: int, parts: int, dtype, *, chunk_size: int | None = None) -> list[int]:
@@ -148,8 +131,7 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
     tensor copied to the GPU (or, for Triton, encoded on the CPU under TRITON_INTERPRET)."""
     import torch
 
-    from codegen import device as tb
-
+    dev = backends.get(dialect)
     if dev_x is not None:
         lay = layout_for(dev_x.dtype)
         shape, from_torch = tuple(dev_x.shape), is_torch(x)
@@ -157,10 +139,10 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
     else:
         host, lay, shape, from_torch = as_words(x)
         signed = host.view(lay.view_ints)
-        words = torch.from_numpy(np.array(signed)).view(lay.torch_words).to(tb.default_device())
+        words = torch.from_numpy(np.array(signed)).view(lay.torch_words).to(dev.device())
     chunk_size, _, _ = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
-    stream = tb.encode_stream(words, lay, shape, chunk_size, flags, kernels=tb.kernel_set(dialect, lay.name))
+    stream = dev.encode_stream(words, lay, shape, chunk_size, flags)
     n = stream.numel()
     if dev_x is not None:
         if out is None:
@@ -254,7 +236,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         return _encode_device(x, dev_x, chunk_size, checksum, partition, out,
                               _device_dialect(backend, "tensor", dev_x))
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
-    impl = _backend(backend)
+    impl = backends.get(backend)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
     if out is not None:
         dst, result = _out_bytes(out)
@@ -265,37 +247,15 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
             raise ValueError("out overlaps the tensor being encoded")
     else:
         buf = bytearray(pos)
-        if hasattr(impl, "reserve"):
-            impl.reserve(buf, bound)             # numba: payloads coded straight into it, then shrunk
+        impl.reserve(buf, bound)                 # payloads coded straight into it, then shrunk
         dst = None
-    kinds, sizes, crcs = [], [], []
-    if hasattr(impl, "encode_into"):
-        view = dst if dst is not None else np.frombuffer(buf, np.uint8)
-        k, s, c = impl.encode_into(view, pos, words, lay, chunk_size, checksum)
-        del view                                 # release the export before ``buf`` is resized
-        kinds.append(k)
-        sizes = s.tolist()
-        crcs = c or []
-        end = pos + int(s.sum())
-        if dst is None:
-            impl.shrink(buf, end)
-    else:
-        group = max(1, ENCODE_GROUP_BYTES // (chunk_size * lay.itemsize)) * chunk_size
-        end = pos
-        for start in range(0, len(words), group):
-            k, payloads = impl.encode_chunks(words[start:start + group], lay, chunk_size)
-            kinds.append(k)
-            for p in payloads:
-                sizes.append(len(p))
-                if checksum:
-                    crcs.append(fmt.crc32c(p))
-                if dst is None:
-                    buf += p
-                else:
-                    dst[end:end + len(p)] = np.frombuffer(p, np.uint8)
-                end += len(p)
-    head = fmt.pack_header(lay, shape, chunk_size, flags, np.concatenate(kinds) if kinds else [], sizes,
-                           crcs if checksum else None)
+    view = dst if dst is not None else np.frombuffer(buf, np.uint8)
+    kinds, sizes, crcs = impl.encode_into(view, pos, words, lay, chunk_size, checksum)
+    del view                                     # release the export before ``buf`` is resized
+    end = pos + int(sizes.sum())
+    if dst is None:
+        impl.shrink(buf, end)
+    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs if checksum else None)
     if dst is None:
         buf[:len(head)] = head
         return buf
@@ -317,8 +277,9 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     chunks = range(first, last)
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
-    impl = _backend(backend)
-    out = getattr(impl, "empty", np.empty)(n, h.layout.uint) if dest is None else dest(h, n)
+    impl = backends.get(backend)
+    out = (impl.empty(n, h.layout.uint) if hasattr(impl, "empty") else np.empty(n, h.layout.uint)) \
+        if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
     return h, out
 
@@ -423,7 +384,7 @@ def _decode_device(buf, dev_buf, out, dialect):
     (or the array family of ``buf``, through DLPack), or ``out`` (a tensor there) decoded into."""
     import torch
 
-    from codegen import device as tb
+    dev = backends.get(dialect)
 
     if dev_buf.dtype != torch.uint8 or dev_buf.dim() != 1:
         raise ValueError(f"a stream on a GPU must be a 1-D uint8 tensor, got {dev_buf.dtype} {tuple(dev_buf.shape)}")
@@ -433,8 +394,7 @@ def _decode_device(buf, dev_buf, out, dialect):
             raise ValueError(f"out must be a contiguous tensor on {dev_buf.device}")
         out_lay = layout_for(out.dtype)
         words = out.detach().view(-1).view(out_lay.torch_words)
-    h, words = tb.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None,
-                                kernels=lambda lay: tb.kernel_set(dialect, lay.name))
+    h, words = dev.decode_stream(dev_buf.contiguous(), words, out_lay if out is not None else None)
     if out is not None:
         return out
     result = words.view(h.layout.torch_dtype).reshape(h.shape)

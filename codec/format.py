@@ -67,6 +67,7 @@ MAX_CHUNK_SIZE = 1 << 20          # keeps the integer statistics inside int64
 MAX_NUMEL = 1 << 48
 RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
 MAX_LANES = 32
+VALUES_PER_LANE = 1024            # lanes(n): about one rANS state per this many values
 ZERO_BLOCK_MODES = (4, 6)         # zero-block bitmaps of 16- and 64-value blocks
 
 
@@ -84,9 +85,10 @@ CHUNK_HEAD = Record("chunk_head", [("codebook", "H"), ("ref", "h"), ("shift", "B
 
 # What can be wrong with a coded chunk: one code and one message per fault, for every decoder (the
 # scalar and vectorised parses below, the numba kernels' error codes, the device decoders).  Codes 1-8
-# are found from the chunk head alone; 9-12 only by decoding the payload.
+# are found from the chunk head alone; 9-13 only by decoding the payload.
 FAULT_SHORT, FAULT_MODE, FAULT_SHIFT, FAULT_CODEBOOK, FAULT_BITMAP, FAULT_EMPTY, FAULT_COUNTS, FAULT_SIZE = range(1, 9)
 FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
+FAULT_PAYLOAD = 13          # the device decoders' verdict: one of 9-12, not told apart
 CHUNK_FAULTS = {
     FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
     FAULT_MODE: "unknown mode {mode} / reserved field {reserved}",
@@ -100,6 +102,7 @@ CHUNK_FAULTS = {
     FAULT_RANS_STATE: "rANS stream inconsistent (final state or word count wrong: corrupted payload)",
     FAULT_SYMBOLS: "decoded symbols disagree with the header counts",
     FAULT_EXPONENT: "exponent field out of range",
+    FAULT_PAYLOAD: "coded payload inconsistent (rANS stream or counts)",
 }
 HEAD_FAULTS = range(FAULT_SHORT, FAULT_SIZE + 1)
 
@@ -116,9 +119,10 @@ def chunk_fault(i: int, code: int, **values) -> FormatError:
 
 
 def lanes(n: int) -> int:
-    """Interleaved rANS states for a chunk of ``n`` values: a power of two in [1, 32], ~1 per 1024 values."""
+    """Interleaved rANS states for a chunk of ``n`` values: a power of two in [1, MAX_LANES], about one
+    per VALUES_PER_LANE values (the numba and device decoders have vectorised twins of this)."""
     k = 1
-    while k < MAX_LANES and 2 * k * 1024 <= n:
+    while k < MAX_LANES and 2 * k * VALUES_PER_LANE <= n:
         k *= 2
     return k
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _numba
+from .api import encode
+from .format import FormatError
 from .layouts import is_torch, layout_for, packed_nbytes
 
 
@@ -23,8 +25,6 @@ def worth_splitting(x: np.ndarray, sample: int = 1 << 16) -> bool:
     """Whether split-send costs (almost) no ratio on ``x``, judged on its first ``sample`` values by coding
     them both ways.  The low plane spends ``M-1`` bits on every value, which whole-value coding does not
     for zeros, constants or RAW chunks; never for the float8 formats (1-2 low bits: nothing to gain)."""
-    from .api import encode
-
     lay = layout_for(x.dtype)
     if lay.man_bits - 1 < 6:
         return False
@@ -56,8 +56,6 @@ def join_low(head: np.ndarray, low) -> np.ndarray:
     words = np.ascontiguousarray(head).reshape(-1).view(lay.uint).copy()
     low = np.frombuffer(memoryview(low).cast("B"), np.uint8)
     if low.size != packed_nbytes(words.size, width):
-        from .format import FormatError
-
         raise FormatError(f"low-bit plane has {low.size} bytes, {packed_nbytes(words.size, width)} expected "
                           f"for {words.size} values of {width} bits")
     _numba.or_low_bits(low, width, words)
@@ -100,8 +98,6 @@ def _split_low_torch(x):
 
 def _join_low_torch(head, low):
     import torch
-
-    from .format import FormatError
 
     lay = layout_for(head.dtype)
     width = lay.man_bits - 1

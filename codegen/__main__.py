@@ -5,7 +5,7 @@ from pathlib import Path
 
 from codec.layouts import layout_for
 
-from .generate import ARCHS, DIALECTS, all_targets, cache_dir, compile_cuda, compile_triton, generate
+from .generate import ARCHS, DIALECTS, all_targets, cache_dir, compile_cuda, compile_triton, generate, render
 
 
 def main(argv=None) -> int:
@@ -22,8 +22,6 @@ def main(argv=None) -> int:
     if a.list:
         folder = a.out or cache_dir()
         for dialect, dtype, arch in all_targets():
-            from .generate import render
-
             name, _ = render(dialect, dtype, arch)
             print(f"{'generated' if (folder / name).exists() else 'missing  '}  {name}")
         return 0

@@ -27,7 +27,6 @@ import numpy as np
 
 from codec import codebook as cbk
 from codec import format as fmt
-from codec.format import FormatError
 from codec.layouts import packed_nbytes
 
 from .kernels import default_device, kernel_set
@@ -48,6 +47,19 @@ class Backend:
     def kernels(self, lay):
         return kernel_set(self.dialect, lay.name)
 
+    @staticmethod
+    def device() -> str:
+        """Where host data goes for these kernels: the GPU, or the CPU under the Triton interpreter."""
+        return default_device()
+
+    def encode_stream(self, words, lay, shape, chunk_size: int, flags: int):
+        """:func:`encode_stream` with this dialect's kernels."""
+        return encode_stream(words, lay, shape, chunk_size, flags, kernels=self.kernels(lay))
+
+    def decode_stream(self, buf_t, words=None, words_layout=None):
+        """:func:`decode_stream` with this dialect's kernels."""
+        return decode_stream(buf_t, words, words_layout, kernels=self.kernels)
+
     def decode_chunks(self, h: fmt.Header, buf, chunks: range, out: np.ndarray) -> None:
         import torch
 
@@ -59,9 +71,8 @@ class Backend:
         out[:] = words.cpu().numpy().view(out.dtype)
 
 
-@functools.cache
-def backend(dialect: str) -> Backend:
-    return Backend(dialect)
+TRITON = Backend("triton")     # registered in codec.backends as "triton"
+CUDA = Backend("cuda")         # ... and "cuda"
 
 
 def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
@@ -320,7 +331,7 @@ class DecodePlan:
             return
         bad = np.flatnonzero(self.err.cpu().numpy())
         if len(bad):
-            raise FormatError(f"chunk {self.ids[int(bad[0])]}: coded payload inconsistent (rANS stream or counts)")
+            raise fmt.chunk_fault(self.ids[int(bad[0])], fmt.FAULT_PAYLOAD)
 
 
 # --------------------------------------------------------------------------------- device encoder
@@ -409,8 +420,8 @@ def _lanes(n):
     import torch
 
     k = torch.ones_like(n)
-    for _ in range(5):
-        k = torch.where((k < fmt.MAX_LANES) & (2 * k * 1024 <= n), 2 * k, k)
+    for _ in range(fmt.MAX_LANES.bit_length() - 1):
+        k = torch.where((k < fmt.MAX_LANES) & (2 * k * fmt.VALUES_PER_LANE <= n), 2 * k, k)
     return k
 
 
@@ -437,14 +448,14 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     numel = words.numel()
     cs = chunk_size
     C = -(-numel // cs)
-    nb16, nb64 = -(-cs // 16), -(-cs // 64)
     stats = torch.empty((C, STATS.width), dtype=torch.int64, device=dev)
-    nz = {4: torch.zeros((C, nb16), dtype=torch.uint8, device=dev),
-          6: torch.zeros((C, nb64), dtype=torch.uint8, device=dev)}
-    kern.stats(C, words, numel, cs, stats, nz[4], nz[6], nb16, nb64)
+    # per zero-block mode m: the chunks' blocks of 2^m values, flagged non-zero by the stats kernel
+    # (which computes the two modes of codec.format.ZERO_BLOCK_MODES, 16- and 64-value blocks)
+    nz = {m: torch.zeros((C, -(-cs >> m)), dtype=torch.uint8, device=dev) for m in fmt.ZERO_BLOCK_MODES}
+    kern.stats(C, words, numel, cs, stats, *nz.values(), *(t.shape[1] for t in nz.values()))
     st = dict(zip(STATS.columns, stats.unbind(1)))
     n, const, zeros, n_log, s1, s2, low = (st[c] for c in ("n", "const", "zeros", "n_log", "s1", "s2", "low"))
-    skip16, skip64 = st["skip16"], st["skip64"]
+    skip = dict(zip(fmt.ZERO_BLOCK_MODES, (st["skip16"], st["skip64"])))
     M = lay.man_bits
     lowbit = low & -low
     shift = torch.where(low == 0, M - 1, torch.log2(lowbit.clamp(min=1).double()).round().long()).clamp(max=M - 1)
@@ -452,13 +463,13 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     # candidates: the plain payload of every chunk that is not CONST, zero-block payloads where they may pay
     chunk = torch.arange(C, device=dev)
     cand_chunk, cand_mode, cand_skip = [], [], []
-    for mode, skip in ((0, torch.zeros_like(n)), (4, skip16), (6, skip64)):
+    for mode, skipped in [(0, torch.zeros_like(n))] + list(skip.items()):
         ok = const == 0
         if mode:
-            ok = ok & (32 * skip >= n) & (skip < n)
+            ok = ok & (32 * skipped >= n) & (skipped < n)
         cand_chunk.append(chunk[ok])
         cand_mode.append(torch.full_like(chunk[ok], mode))
-        cand_skip.append(skip[ok])
+        cand_skip.append(skipped[ok])
     cc, cm, csk = torch.cat(cand_chunk), torch.cat(cand_mode), torch.cat(cand_skip)
     n_coded = n[cc] - csk
     cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], s2[cc])
@@ -467,7 +478,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     # non-zero block lists of the zero-block candidates
     nzb_parts, nzb_at = [], torch.zeros_like(cc)
     base = 0
-    for mode in (4, 6):
+    for mode in fmt.ZERO_BLOCK_MODES:
         sel = torch.nonzero(cm == mode).flatten()
         if not len(sel):
             continue
@@ -498,7 +509,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     big = torch.iinfo(torch.int64).max
     best = torch.full_like(n, big)
     pick = torch.full_like(n, -1)
-    for mode in (0, 4, 6):                               # candidates are grouped by mode in this order
+    for mode in (0,) + fmt.ZERO_BLOCK_MODES:             # candidates are grouped by mode in this order
         sel = torch.nonzero(cm == mode).flatten()
         better = size[sel] < best[cc[sel]]
         best[cc[sel[better]]] = size[sel[better]]
@@ -539,7 +550,7 @@ def _write_bitmaps(out, nz, n, mode, at, chunk):
     """Zero-block bitmaps (bit set = block all +0, packed little-endian) of the chosen zero-block payloads."""
     import torch
 
-    for m in (4, 6):
+    for m in fmt.ZERO_BLOCK_MODES:
         sel = torch.nonzero(mode == m).flatten()
         if not len(sel):
             continue

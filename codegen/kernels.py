@@ -17,6 +17,9 @@ import os
 
 from codec.layouts import layout_for
 
+from . import emulate
+from .generate import ARCHS, GPU_BLOCK, ONE_WARP, cuda_entry_points, generate, load_triton
+
 DIALECTS = ("triton", "cuda", "cuda-emulated")
 
 
@@ -52,14 +55,10 @@ class TritonKernels:
     dialect = "triton"
 
     def __init__(self, lay):
-        from .generate import GPU_BLOCK, load_triton
-
         self.mod = load_triton(lay.name)
         self.block = 256 if interpreting() else GPU_BLOCK
 
     def _run(self, name, grid, *args, block=False):
-        from .generate import ONE_WARP
-
         extra = {"BLOCK": self.block} if block else {}
         if name in ONE_WARP:                 # the rANS kernels' vectors are a chunk's 32 lanes: one warp
             extra["num_warps"] = 1
@@ -98,8 +97,6 @@ class _CudaSet:
     parameter list: :func:`codegen.generate.cuda_entry_points`)."""
 
     def __init__(self, lay, source: str):
-        from .generate import cuda_entry_points
-
         self.lay = lay
         self.entries = cuda_entry_points(source)
 
@@ -141,8 +138,6 @@ class CudaKernels(_CudaSet):
     def __init__(self, lay):
         import torch
         from cuda.core import Device
-
-        from .generate import ARCHS
 
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda' needs a CUDA GPU and none is available (backend='numba' runs on the "
@@ -190,8 +185,6 @@ def compile_with_cuda_core(dtype: str, arch: str):
     cuda.core's ``Program`` as the ``cuda`` backend loads it (no device needed until ``get_kernel``)."""
     from cuda.core import Program, ProgramOptions
 
-    from .generate import generate
-
     path = generate("cuda", dtype, arch)
     source = path.read_text()
     options = ProgramOptions(arch=arch, std="c++17", include_path=str(path.parent))
@@ -204,9 +197,6 @@ class EmulatedCudaKernels(_CudaSet):
     dialect = "cuda-emulated"
 
     def __init__(self, lay):
-        from . import emulate
-        from .generate import generate
-
         super().__init__(lay, generate("cuda", lay.name, emulate.ARCH).read_text())
         self.lib = emulate.load(lay.name)
 

@@ -22,6 +22,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import codec
+
+from .ring import slice_size
+
 log = logging.getLogger("zipccl.collectives")
 
 
@@ -45,9 +54,6 @@ def _cache_path() -> Path:
 
 def calibrate(group=None, *, sizes=(1 << 10, 1 << 22), reps: int = 3, save: bool = True) -> Link:
     """Measure alpha/beta between ranks 0 and 1 of ``group`` (all ranks must call it)."""
-    import torch
-    import torch.distributed as dist
-
     rank = dist.get_rank(group)
     times = []
     for n in sizes:
@@ -88,11 +94,6 @@ def cached_link() -> Link | None:
 def codec_throughput() -> tuple[float, float]:
     """(encode, decode) bytes of input per second on one core, measured once (the cost model scales them
     by :func:`cores_per_rank`)."""
-    import ml_dtypes
-    import numpy as np
-
-    import codec
-
     x = np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16)
     threads = codec.get_num_threads()
     codec.set_num_threads(1)
@@ -110,8 +111,6 @@ def codec_throughput() -> tuple[float, float]:
 
 
 def sample_ratio(tensor) -> float:
-    import codec
-
     flat = tensor.detach().reshape(-1)[: 1 << 16]
     if flat.numel() == 0:
         return 1.0
@@ -146,8 +145,6 @@ def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: f
     # reduce-scatter: N-1 encodes and decodes; all-gather: one encode (bytes are forwarded), N-1 decodes
     enc_s = n * shard / enc
     dec_s = 2 * (n - 1) * shard / dec
-    from .ring import slice_size
-
     piece = min(slice_size(int(shard)), shard)
     fill = hops * (piece / enc + piece / dec)
     ring = max(wire, _overlapped(enc_s, dec_s, cores)) + fill
@@ -158,8 +155,6 @@ def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: f
 def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
                        cores: float | None = None) -> dict:
     """Seconds for the pipelined ring all-gather: one encode, N-1 forwards and decodes, overlapped."""
-    from .ring import slice_size
-
     cores = cores_per_rank() if cores is None else cores
     n = world
     plain = (n - 1) * (link.alpha + nbytes / link.beta)

@@ -15,15 +15,15 @@ _warming = None
 def pytest_configure(config):
     # numba compiles the kernels on first use (about two minutes on a fresh clone: one decoder per dtype,
     # one encoder per word size) and caches them on disk: compile the decoders in a second process while
-    # this one compiles the encoders (see codec._numba.warm), so a cold run pays about half
+    # this one compiles the encoders (see tests.helpers.warm), so a cold run pays about half
     global _warming
-    _warming = subprocess.Popen([sys.executable, "-c", "from codec._numba import warm; warm('decoders')"],
+    _warming = subprocess.Popen([sys.executable, "-c", "from tests.helpers import warm; warm('decoders')"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_kernels():
-    from codec._numba import warm
+    from tests.helpers import warm
 
     warm("encoders")
     if _warming is not None:

@@ -1,25 +1,21 @@
 """Shared test helpers: bit-exact comparison and value generators."""
-import ml_dtypes
 import numpy as np
 
-from codec.layouts import layout_for
+from codec.layouts import LAYOUTS, layout_for
 
-DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
+DTYPES = tuple(lay.name for lay in LAYOUTS)
 DISTRIBUTIONS = ("gaussian", "laplace", "student_t", "mostly_zeros", "constant", "random_bits", "lognormal")
 
 
 def np_dtype(name):
-    return np.dtype(name) if name in ("float16", "float32") else np.dtype(getattr(ml_dtypes, name))
+    return layout_for(name).numpy_dtype
 
 
 def bits(a):
     """Unsigned-integer view of an array or torch tensor (NaN payloads and -0 compare exactly)."""
     if type(a).__module__.startswith("torch"):
-        import torch
-
         lay = layout_for(a.dtype)
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[lay.itemsize]
-        return a.contiguous().view(ints).numpy().view(lay.uint)
+        return a.contiguous().view(lay.torch_view_ints).numpy().view(lay.uint)
     a = np.asarray(a)
     return np.ascontiguousarray(a).view(layout_for(a.dtype).uint)
 
@@ -56,3 +52,21 @@ def make_values(dist: str, dtype: str, n: int, seed: int, log10_sigma: float = 0
         else:
             raise ValueError(dist)
         return x.astype(dt)
+
+
+def warm(part: str) -> None:
+    """Compile (or load from numba's on-disk cache) one part of the numba kernels: ``"decoders"`` (one
+    per supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them
+    side by side (conftest does, on a first run).  Their cache files are disjoint but for two small
+    helpers both use (``_tables``, ``_move``): should the two processes race on those, one entry is
+    lost and compiled again later, nothing worse (numba replaces its index files atomically)."""
+    import codec
+
+    if part not in ("decoders", "encoders"):
+        raise ValueError(f"unknown part {part!r}: decoders or encoders")
+    for lay in LAYOUTS:
+        x = (np.arange(40_000) % 251).astype(lay.uint).view(lay.numpy_dtype)
+        if part == "decoders":
+            codec.decode(codec.encode(x, chunk_size=16384, backend="reference"), backend="numba")
+        else:
+            codec.encode(x, chunk_size=16384, backend="numba")

@@ -5,6 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from codec.layouts import layout_for  # noqa: E402
 from tests.dist_helpers import run_ranks  # noqa: E402
 
 
@@ -21,7 +22,7 @@ def _data(rank, n, dtype, seed=0):
 
 def _bits(t):
     t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]).tolist()
+    return t.view(layout_for(t.dtype).torch_view_ints).tolist()
 
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn]
@@ -68,14 +69,11 @@ def case_all(rank, ws):
 def _special(n, dt, seed):
     """Gaussian values with raw random words (NaN payloads, -0, subnormals, infinities) mixed in."""
     x = _data(seed, n, dt)
-    w = x.view(_UINT_T[x.element_size()])
+    w = x.view(layout_for(x.dtype).torch_view_ints)
     g = torch.Generator().manual_seed(seed)
     w[::13] = torch.randint(-(1 << (8 * x.element_size() - 1)), 1 << (8 * x.element_size() - 1),
                             (w[::13].numel(),), generator=g, dtype=torch.int64).to(w.dtype)
     return x
-
-
-_UINT_T = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 
 
 def case_p2p(rank, ws):
@@ -111,9 +109,9 @@ def case_mismatch(rank, ws):
 
 def case_corrupt(rank, ws):
     import codec
-    import collectives
+    import collectives.framing
 
-    real = collectives._encode
+    real = collectives.framing.encode
 
     def corrupting(t, compress, checksum):
         p = real(t, compress, checksum).clone()
@@ -121,7 +119,7 @@ def case_corrupt(rank, ws):
             p[p.numel() // 2] ^= 0x40
         return p
 
-    collectives._encode = corrupting
+    collectives.framing.encode = corrupting
     x = _data(rank, 3000, torch.bfloat16)
     gl = [torch.empty_like(x) for _ in range(ws)]
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import codec
-from tests.helpers import make_values
+from tests.helpers import make_values, warm
 
 
 def _data(seed, n=300_000, dtype=ml_dtypes.bfloat16):
@@ -157,8 +157,8 @@ def test_the_codec_leaves_torchs_thread_count_alone():
             "codec.decode(codec.encode(x)); print(torch.get_num_threads())")
     import codec._numba
 
-    codec._numba.warm("decoders")         # so the child loads every kernel it uses from numba's cache
-    codec._numba.warm("encoders")
+    warm("decoders")         # so the child loads every kernel it uses from numba's cache
+    warm("encoders")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]

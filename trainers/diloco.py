@@ -13,7 +13,9 @@ Launch with torchrun conventions (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``M
 from __future__ import annotations
 
 import contextlib
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,15 +23,14 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import collectives
+
 from .determinism import pinned
 
 
 # -------------------------------------------------------------------------------- data
 def stdlib_bytes(limit: int = 4 << 20) -> np.ndarray:
     """Real text that ships with Python: the standard library's own source files, as bytes."""
-    import sysconfig
-    from pathlib import Path
-
     root = Path(sysconfig.get_paths()["stdlib"])
     out, total = [], 0
     for p in sorted(root.glob("*.py")):
@@ -109,8 +110,6 @@ class WireStats:
 
     @contextlib.contextmanager
     def measure(self, t: torch.Tensor):
-        import collectives
-
         raw0, framed0 = collectives.traffic.snapshot()
         yield
         raw1, framed1 = collectives.traffic.snapshot()
@@ -173,8 +172,6 @@ class DiLoCo:
             return self._outer_step(data_iter)
 
     def _outer_step(self, data_iter) -> float:
-        import collectives
-
         loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)
         ws = dist.get_world_size(self.group)
         delta = torch.cat([(s - p.detach()).reshape(-1) for s, p in zip(self.shared, self.params)])
@@ -218,11 +215,9 @@ def evaluate(model, data, batch=16, block=64, batches_n=4) -> float:
     return float(np.mean([loss_fn(model, *next(it)).item() for _ in range(batches_n)]))
 
 
-def main(argv=None) -> int:
-    from .launch import main as launch_main
-
-    return launch_main(argv)
-
-
 if __name__ == "__main__":
+    # ``python -m trainers.diloco`` runs this file as __main__, a module of its own: the launcher sits on
+    # top of trainers.diloco (it imports this file again as trainers.diloco), never the other way round
+    from trainers.launch import main
+
     raise SystemExit(main())

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+import collectives
+
 from .determinism import pinned
 from .diloco import WireStats, local_steps
 
@@ -119,8 +121,6 @@ class GASLoC:
             return self._outer_step(data_iter)
 
     def _outer_step(self, data_iter) -> float:
-        import collectives
-
         theta0 = self._flat().clone()
         loss = local_steps(self.model, self.inner, data_iter, self.cfg.inner_steps)
         g = self._flat() - theta0

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from . import checkpoint
 from .diloco import DiLoCo, DiLoCoConfig, GPTConfig, TinyGPT, batches, evaluate, flat_params, stdlib_bytes
+from .gasloc import GASLoC, GASLoCConfig
 
 EXIT_PEER_LOST = 3
 
@@ -83,8 +84,6 @@ def train(a: argparse.Namespace, on_round=None) -> Result:
         trainer = DiLoCo(model, DiLoCoConfig(inner_steps=a.inner_steps, compress=not a.no_compress,
                                                     threads=a.threads))
     else:
-        from .gasloc import GASLoC, GASLoCConfig
-
         trainer = GASLoC(model, GASLoCConfig(inner_steps=a.inner_steps, compress=not a.no_compress, seed=a.seed,
                                              gamma=a.gamma, alpha=a.alpha, threads=a.threads))
     start = 0

@@ -1,0 +1,39 @@
+"""The agreement check: before any data moves, all ranks exchange a small description of their tensor
+(dimensions, dtype code, shape) and a call whose ranks disagree raises an error naming them."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from codec.layouts import LAYOUTS
+
+MAX_DIMS = 8
+# the dtype code in a description is the index in this list (the order of codec.layouts.LAYOUTS)
+DTYPES = [lay.torch_dtype for lay in LAYOUTS]
+
+
+def describe(t: torch.Tensor) -> torch.Tensor:
+    """``[ndim, dtype code (-2: unsupported), *shape, -1 padding]``: ``MAX_DIMS + 2`` int64 values."""
+    if t.dim() > MAX_DIMS:
+        raise ValueError(f"at most {MAX_DIMS} dimensions are supported")
+    d = torch.full((MAX_DIMS + 2,), -1, dtype=torch.int64)
+    d[0] = t.dim()
+    d[1] = DTYPES.index(t.dtype) if t.dtype in DTYPES else -2
+    d[2:2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
+    return d
+
+
+def check_agree(t: torch.Tensor, group, what: str) -> None:
+    """All ranks must pass tensors of the same shape and dtype."""
+    ws = dist.get_world_size(group)
+    mine = describe(t)
+    if mine[1] == -2:
+        raise TypeError(f"{what}: unsupported dtype {t.dtype}; supported: {', '.join(map(str, DTYPES))}")
+    all_ = [torch.empty_like(mine) for _ in range(ws)]
+    dist.all_gather(all_, mine, group=group)
+    bad = [r for r in range(ws) if not torch.equal(all_[r], all_[0])]
+    if bad:
+        def fmt(d):
+            return f"{DTYPES[int(d[1])] if d[1] >= 0 else '?'}{tuple(int(x) for x in d[2:2 + int(d[0])])}"
+        raise ValueError(f"{what}: ranks disagree on shape/dtype: rank 0 has {fmt(all_[0])}, "
+                         + ", ".join(f"rank {r} has {fmt(all_[r])}" for r in bad))

@@ -1,0 +1,166 @@
+"""The public group collectives, each mirroring its ``torch.distributed`` namesake: all-gather, broadcast,
+all-reduce, reduce-scatter, all-to-all and FSDP's tensor variants (algorithms; the framing, the
+transport, the agreement check and the call queue come from their own modules)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import codec
+
+from . import auto, framing, work
+from .agreement import check_agree
+from .ring import ring
+from .transport import exchange, gather_buffers, global_rank
+
+RING_MIN_NUMEL = 1 << 16     # below this, one padded all_gather of whole streams (fewer messages)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True, checksum=False):
+    """``tensor_list[r]`` = rank r's ``tensor``.  ``compress="auto"``: let the cost model decide."""
+    def op():
+        nonlocal compress
+        check_agree(tensor, group, "all_gather")
+        if compress == "auto":
+            compress, how = auto.choose("all_gather", tensor, group)
+            if how == "native":
+                dist.all_gather(tensor_list, tensor, group=group)
+                return
+        ws = dist.get_world_size(group)
+        if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
+            flat = tensor.detach().contiguous().view(-1)
+            for out, part in zip(tensor_list, _ring([flat] * ws, group, compress, checksum, reduce=False,
+                                                    gather=True)):
+                out.view(-1).copy_(part)
+            return
+        for out, buf in zip(tensor_list, gather_buffers(framing.encode(tensor, compress, checksum), group)):
+            framing.decode_into(buf, out, compress, checksum)
+    return work.run(op, async_op)
+
+
+def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksum=False):
+    """Rank ``src``'s ``tensor`` into every rank's ``tensor`` (``src`` is a global rank, as in torch)."""
+    def op():
+        check_agree(tensor, group, "broadcast")
+        me = dist.get_rank()
+        payload = framing.encode(tensor, compress, checksum) if me == src else torch.empty(0, dtype=torch.uint8)
+        n = torch.tensor([payload.numel()], dtype=torch.int64)
+        dist.broadcast(n, src, group=group)
+        if me != src:
+            limit = framing.frame_limit(tensor, compress)
+            if not 0 <= int(n) <= limit:
+                raise ValueError(f"broadcast: rank {src} announced a {int(n)}-byte frame for {tensor.numel()} "
+                                 f"values of {tensor.dtype} (at most {limit} can be right)")
+            payload = torch.empty(int(n), dtype=torch.uint8)
+        dist.broadcast(payload, src, group=group)
+        if me != src:
+            framing.decode_into(payload, tensor, compress, checksum)
+    return work.run(op, async_op)
+
+
+def _ring(shards, group, compress, checksum, *, reduce=True, gather=False):
+    """The slice-pipelined ring of :mod:`collectives.ring` with :mod:`collectives.framing`'s frames."""
+    return ring(shards, group, lambda t: framing.encode(t, compress, checksum),
+                lambda buf, out: framing.decode_into(buf, out, compress, checksum), reduce=reduce, gather=gather,
+                global_rank=lambda r: global_rank(r, group))
+
+
+def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False, *, compress=True,
+                   checksum=False):
+    """``output`` = sum over ranks of ``input_list[rank]`` (ring algorithm)."""
+    if op != dist.ReduceOp.SUM:
+        raise NotImplementedError("only ReduceOp.SUM is supported")
+
+    def run():
+        check_agree(output, group, "reduce_scatter")
+        if dist.get_world_size(group) == 1:
+            output.copy_(input_list[0])
+            return
+        mine = _ring([t.contiguous().view(-1) for t in input_list], group, compress, checksum)
+        output.view(-1).copy_(mine[dist.get_rank(group)])
+    return work.run(run, async_op)
+
+
+def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algorithm="auto", compress=True,
+               checksum=False):
+    """In-place sum over ranks.  ``algorithm``: "ring", "gather", "auto" (gather below 64K values) or
+    "native" (torch's own all_reduce, uncompressed only).  ``compress="auto"``: the cost model of
+    :mod:`collectives.strategy` picks; where compression does not pay it runs "native", whose
+    summation order is gloo's (pass ``compress=False`` for this module's ring order, bit-identical to
+    the compressed ring)."""
+    if op != dist.ReduceOp.SUM:
+        raise NotImplementedError("only ReduceOp.SUM is supported")
+
+    def run():
+        nonlocal compress, algorithm
+        check_agree(tensor, group, "all_reduce")
+        ws = dist.get_world_size(group)
+        if ws == 1:
+            return
+        if compress == "auto":
+            compress, algorithm = auto.choose("all_reduce", tensor, group)
+        algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < RING_MIN_NUMEL else "ring")
+        if algo == "native":
+            if compress:
+                raise ValueError("algorithm='native' is torch's own all_reduce: use compress=False or 'auto'")
+            t = tensor if tensor.is_contiguous() else tensor.contiguous()
+            dist.all_reduce(t, group=group)
+            if t is not tensor:
+                tensor.copy_(t)
+            return
+        flat = tensor.detach().contiguous().view(-1)
+        if algo == "gather":
+            parts = [torch.empty_like(flat) for _ in range(ws)]
+            for out, buf in zip(parts, gather_buffers(framing.encode(flat, compress, checksum), group)):
+                framing.decode_into(buf, out, compress, checksum)
+            acc = parts[0].clone()
+            for p in parts[1:]:
+                acc = acc + p
+        elif algo == "ring":
+            acc = torch.cat(_ring(list(torch.tensor_split(flat, ws)), group, compress, checksum, gather=True))
+        else:
+            raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather, native or auto")
+        tensor.view(-1).copy_(acc)
+    return work.run(run, async_op)
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                      async_op=False, *, compress=True, checksum=False):
+    """Rank r sends ``input``'s i-th split (dim 0) to rank i and receives rank i's r-th split."""
+    def run():
+        ws = dist.get_world_size(group)
+        r = dist.get_rank(group)
+        ins = list(torch.split(input, input_split_sizes or [input.shape[0] // ws] * ws))
+        outs = list(torch.split(output, output_split_sizes or [output.shape[0] // ws] * ws))
+        outs[r].copy_(ins[r])
+        for step in range(1, ws):
+            to, frm = (r + step) % ws, (r - step) % ws
+            buf = exchange(to, framing.encode(ins[to], compress, checksum), frm, group)
+            if outs[frm].numel():
+                framing.decode_into(buf, outs[frm], compress, checksum)
+            elif buf.numel() and compress:
+                codec.decode(buf.numpy())          # still validate what arrived
+    return work.run(run, async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False, *, compress=True,
+                           checksum=False):
+    """FSDP's all-gather: ``output_tensor`` (world_size * n values, flat or stacked) = every rank's
+    ``input_tensor`` (n values) concatenated in rank order."""
+    ws = dist.get_world_size(group)
+    if output_tensor.numel() != ws * input_tensor.numel():
+        raise ValueError(f"all_gather_into_tensor: output has {output_tensor.numel()} values, expected "
+                         f"{ws} x {input_tensor.numel()}")
+    parts = list(output_tensor.view(-1).chunk(ws)) if input_tensor.numel() else [
+        output_tensor.view(-1)[:0] for _ in range(ws)]
+    return all_gather(parts, input_tensor.reshape(-1), group, async_op, compress=compress, checksum=checksum)
+
+
+def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False, *, compress=True,
+                          checksum=False):
+    """FSDP's reduce-scatter: ``input`` (world_size * n values) summed over ranks; rank r keeps slice r."""
+    ws = dist.get_world_size(group)
+    if input.numel() != ws * output.numel():
+        raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} values, expected {ws} x {output.numel()}")
+    return reduce_scatter(output.view(-1), list(input.reshape(-1).chunk(ws)) if output.numel() else
+                          [input.reshape(-1)[:0]] * ws, op, group, async_op, compress=compress, checksum=checksum)

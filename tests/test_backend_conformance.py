@@ -1,0 +1,143 @@
+"""One set of checks that every registered backend (codec.backends) passes, as numcodecs runs its shared
+checks on every codec: golden streams decode to their inputs and re-encode to the same bytes; every
+dtype round-trips bit-exactly with the reference's bytes; bad streams are refused with the reference's
+FormatError.  A new backend is covered by registering it.
+
+Where a backend can run: numba and the reference everywhere; triton on a GPU or, without one, under the
+Triton interpreter (set here, as in test_codegen); cuda on a GPU only (marked gpu).
+"""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") is None:
+    try:
+        import torch
+        _has_gpu = torch.cuda.is_available()
+    except ImportError:
+        _has_gpu = False
+    if not _has_gpu:
+        os.environ["TRITON_INTERPRET"] = "1"     # before any generated kernel is imported
+
+import codec  # noqa: E402
+from codec import backends  # noqa: E402
+from codec import format as fmt  # noqa: E402
+from tests.helpers import DTYPES, assert_bit_equal, make_values, np_dtype  # noqa: E402
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
+
+
+def _param(name):
+    return pytest.param(name, marks=pytest.mark.gpu) if name == "cuda" else name
+
+
+BACKENDS = [_param(n) for n in backends.names()]
+
+
+@pytest.fixture(autouse=True)
+def _runs_here(request, tmp_path, monkeypatch):
+    callspec = getattr(request.node, "callspec", None)
+    name = callspec.params.get("backend") if callspec else None
+    if name == "cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("backend cuda needs a CUDA GPU")
+    if name in backends.device_names():
+        monkeypatch.setenv("ZIPCCL_CODEGEN_CACHE", str(tmp_path / "cache"))
+        from codegen import generate
+
+        generate.load_triton.cache_clear()
+
+
+def test_the_registry_names_every_backend_once():
+    assert set(backends.names()) >= {"numba", "reference", "triton", "cuda"}
+    assert set(backends.device_names()) == {"triton", "cuda"}
+    assert backends.get("auto") is backends.get("numba")
+    with pytest.raises(ValueError, match="unknown backend"):
+        backends.get("nope")
+    for name in set(backends.names()) - set(backends.device_names()):
+        assert isinstance(backends.get(name), backends.Backend), name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_golden_streams(backend, name):
+    m = MANIFEST[name]
+    x = np.frombuffer((GOLDEN / f"{name}.input").read_bytes(), dtype=np_dtype(m["dtype"]))
+    want = (GOLDEN / f"{name}.zccl").read_bytes()
+    assert_bit_equal(codec.decode(want, backend=backend), x)
+    assert bytes(codec.encode(x, chunk_size=m["chunk_size"], checksum=m["checksum"], backend=backend)) == want
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trip_gives_the_reference_bytes(backend, dtype):
+    x = make_values("gaussian", dtype, 3000, 7, -2.0)
+    x[100:700] = 0                                                        # zero blocks
+    x[900:1000] = make_values("random_bits", dtype, 100, 8)               # NaN payloads, Inf, subnormals
+    x[2048:] = x[2048]                                                    # a CONST chunk
+    want = bytes(codec.encode(x, chunk_size=1024, checksum=True, backend="reference"))
+    assert bytes(codec.encode(x, chunk_size=1024, checksum=True, backend=backend)) == want
+    assert_bit_equal(codec.decode(want, backend=backend), x)
+
+
+def _forged_streams():
+    """(what, stream) pairs the reference refuses: truncation, a forged chunk head, a flipped payload."""
+    x = make_values("gaussian", "bfloat16", 4000, 3, -1.0)
+    blob = bytes(codec.encode(x, chunk_size=1024, backend="reference"))
+    h = fmt.parse_header(blob)
+    a = h.chunk_span(1)[0]
+    out = [("truncated", blob[:-3])]
+    for field, value in (("mode", 9), ("shift", 7), ("n_words", 0xFF), ("codebook", 0xFF)):
+        bad = bytearray(blob)
+        bad[a + fmt.CHUNK_HEAD.offset[field]] = value
+        out.append((f"chunk head {field}", bytes(bad)))
+    crc = bytes(codec.encode(x, chunk_size=1024, checksum=True, backend="reference"))
+    hc = fmt.parse_header(crc)
+    bad = bytearray(crc)
+    bad[hc.chunk_span(2)[1] - 5] ^= 0x10
+    out.append(("payload bit with checksums", bytes(bad)))
+    return out
+
+
+_PAYLOAD_FAULTS = {fmt.CHUNK_FAULTS[c] for c in fmt.CHUNK_FAULTS if c not in fmt.HEAD_FAULTS}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_streams_are_refused_like_the_reference(backend):
+    """The same FormatError as the reference: the same message for what the header, the chunk table
+    and the chunk heads show (and checksums); for a fault only decoding the payload shows, a payload
+    fault of the same chunk (the device decoders tell the four apart less finely: FAULT_PAYLOAD)."""
+    for what, blob in _forged_streams():
+        with pytest.raises(codec.FormatError) as want:
+            codec.decode(blob, backend="reference")
+        with pytest.raises(codec.FormatError) as got:
+            codec.decode(blob, backend=backend)
+        want, got = str(want.value), str(got.value)
+        chunk, _, fault = want.partition(": ")
+        if want.startswith("chunk ") and fault in _PAYLOAD_FAULTS:
+            assert got.startswith(chunk + ": ") and got.partition(": ")[2] in _PAYLOAD_FAULTS, (what, got)
+        else:
+            assert got == want, what
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_corrupted_payload_is_refused(backend):
+    """Without checksums a flipped payload bit is found by the rANS invariants (each decoder names the
+    fault from codec.format.CHUNK_FAULTS), or decodes to other values: never a crash or a hang."""
+    x = make_values("gaussian", "float16", 4000, 5, -1.0)
+    blob = bytes(codec.encode(x, chunk_size=1024, backend="reference"))
+    h = fmt.parse_header(blob)
+    hd = fmt.parse_chunk_head(h, blob, 1)
+    bad = bytearray(blob)
+    bad[hd.words] ^= 0x5A
+    try:
+        y = codec.decode(bytes(bad), backend=backend)
+    except codec.FormatError as e:
+        assert str(e).startswith("chunk 1: ") and str(e)[len("chunk 1: "):] in fmt.CHUNK_FAULTS.values()
+    else:
+        assert y.shape == x.shape
