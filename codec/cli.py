@@ -6,48 +6,15 @@
     python -m codec decompress IN [OUT]   # byte-identical original file
     python -m codec inspect    IN         # an archive (ZCAR) or a bare codec stream (ZCCL)
 
-``compress`` writes ``OUT`` (default ``IN.zcar``), an archive that ``decompress`` turns back
-into a byte-identical copy of ``IN``.  Input kinds (``--format``, else by extension, else by
-sniffing; any file with ``--dtype`` and an unknown extension is raw):
+``compress`` writes ``OUT`` (default ``IN.zcar``), an archive (:mod:`codec.archive`: the format, and
+what becomes of each input kind) that ``decompress`` turns back into a byte-identical copy of ``IN``.
+Input kinds (``--format``, else by extension, else by sniffing; any file with ``--dtype`` and an
+unknown extension is raw): ``.safetensors``; ``.npy`` (``--dtype`` says how to read 1- or 2-byte
+void data, which is how NumPy saves ``ml_dtypes`` arrays); raw words (``--dtype NAME``, one of
+:data:`codec.SUPPORTED`).
 
-* ``.safetensors``: the file's header (8-byte little-endian length + JSON) is kept verbatim;
-  every tensor of dtype BF16/F16/F32/F8_E4M3/F8_E5M2 is compressed with :func:`codec.encode`
-  (read one tensor at a time), other tensors (I64, BOOL, ...) and any bytes between or after
-  tensors are stored as they are.
-* ``.npy``: the npy header is kept verbatim and the data compressed if its dtype is
-  float16/float32, or a 1- or 2-byte void type (which is how NumPy saves ``ml_dtypes`` arrays:
-  ``V2`` is read as bfloat16, ``V1`` as float8_e4m3fn, unless ``--dtype`` says otherwise);
-  anything else is stored.  Big-endian data is stored.
-* raw (``--dtype NAME``, one of :data:`codec.SUPPORTED`): the words are compressed as a 1-D
-  tensor; a tail shorter than one word is stored.
-
-Whatever the data, the original bytes come back exactly (a CRC32C of the whole original file
-is checked on decompression).  Compressed tensors that would not shrink are stored.
-
-Archive layout, version 1 (all integers little-endian)::
-
-    offset  size  field
-    0       4     magic b"ZCAR"
-    4       1     archive version (1)
-    5       1     input kind: 1 safetensors, 2 npy, 3 raw
-    6       2     u16 reserved, 0
-    8       8     u64 size of the original file in bytes
-    16      4     u32 length L of the metadata
-    20      L     metadata, verbatim: safetensors: the 8-byte length and the JSON header;
-                  npy: the whole npy header (magic to padding); raw: the dtype name (ASCII)
-            4     u32 number of entries
-    then, per entry, in file order (the original file is the metadata, except for raw
-    inputs, followed by the entries' bytes):
-            4     u32 length N of the name
-            N     name, UTF-8 (tensor name; "array" for npy, "data" for raw; "(gap)"/"(tail)")
-            1     flags: bit0 compressed (blob is a zipccl stream, :mod:`codec.format`),
-                  else stored (blob is the original bytes); bit1 filler (bytes that belong
-                  to no tensor: padding between safetensors tensors, a raw file's tail)
-            8     f64 exponent-entropy bound of the tensor in bits/value (NaN: not a float tensor)
-            8     u64 length B of the blob
-            B     blob
-    then:   4     u32 CRC32C of the whole original file
-    (end of the archive: no byte may follow)
+This module is the command line only: options, paths, messages, progress bars and the printed
+summaries; it calls :mod:`codec.archive` to plan, write, read and check archives.
 
 Exit status: 0 success; 1 corrupted or invalid data (:class:`codec.FormatError`: a damaged
 archive or stream, a malformed input file) or an I/O failure; 2 usage errors (bad option,
@@ -56,50 +23,33 @@ missing or unreadable file).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import mmap
 import os
-import struct
 import sys
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
+from . import archive
 from . import format as fmt
+from ._version import __version__
+from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, inspect as _inspect_stream
+from .archive import (ARCHIVE_MAGIC, ARCHIVE_VERSION, INPUT_BY_NAME, INPUT_NAMES, INPUT_RAW, INPUT_SAFETENSORS,
+                      NPY_VOID_LAYOUTS)
 from .atomic import atomic_write
-from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, decode as _decode, encode as _encode, inspect as _inspect_stream
 from .format import FormatError
-from .layouts import BY_SAFETENSORS, SUPPORTED, FloatLayout, layout_for, layout_named
-from .stats import entropy_bound_bits
+from .layouts import SUPPORTED, FloatLayout, layout_named
 
 __all__ = ["main", "compress_file", "decompress_file", "inspect_file", "ARCHIVE_MAGIC", "ARCHIVE_VERSION"]
 
-ARCHIVE_MAGIC = b"ZCAR"
-ARCHIVE_VERSION = 1
-KIND_SAFETENSORS, KIND_NPY, KIND_RAW = 1, 2, 3
-KIND_NAMES = {KIND_SAFETENSORS: "safetensors", KIND_NPY: "npy", KIND_RAW: "raw"}
-_META_IN_FILE = {KIND_SAFETENSORS: True, KIND_NPY: True, KIND_RAW: False}   # is the metadata the file's prefix?
-FLAG_COMPRESSED, FLAG_FILLER = 1, 2
-_HEAD = struct.Struct("<4sBBHQI")          # magic, version, kind, reserved, original size, metadata length
-_ENTRY = struct.Struct("<BdQ")             # flags, entropy bound, blob length
-_U32 = struct.Struct("<I")
-_COPY_BLOCK = 1 << 24
 
 class UsageError(Exception):
     """A user error (bad option or file): reported without a traceback, exit status 2."""
 
 
 # --------------------------------------------------------------------------- helpers
-def _crc_update(data, value: int) -> int:
-    """CRC32C of ``data`` continuing from ``value`` (0 to start)."""
-    import crc32c
-
-    return crc32c.crc32c(data, value)
-
-
 def parse_dtype(name: str) -> FloatLayout:
     """A layout from a dtype name or alias (``bfloat16``, ``bf16``, ``BF16``, ``fp8_e4m3``...)."""
     lay = layout_named(name)
@@ -114,30 +64,31 @@ def _fmt_shape(shape) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _ratio(raw: int, packed: int) -> float:
-    return raw / packed if packed else (math.inf if raw else 1.0)
+class _Bar:
+    """A tqdm progress bar as :func:`codec.archive.write` and :func:`codec.archive.rebuild` report to it."""
+
+    def __init__(self, bar):
+        self._bar = bar
+
+    def entry(self, name: str) -> None:
+        self._bar.set_postfix_str(name[-40:], refresh=True)
+
+    def update(self, nbytes: int) -> None:
+        self._bar.update(nbytes)
+
+    def close(self) -> None:
+        self._bar.close()
 
 
-@dataclass
-class _Piece:
-    """A byte range of the input that becomes one archive entry."""
-    name: str
-    offset: int                      # absolute offset in the input file
-    length: int
-    layout: FloatLayout | None = None    # compress as these words (None: store)
-    shape: tuple | None = None           # shape of the words as encoded (C order of the file bytes)
-    filler: bool = False
-
-
-def _progress(total: int, desc: str, enabled: bool):
+def _progress(total: int, desc: str, enabled: bool) -> _Bar | None:
     if not enabled:
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
-                dynamic_ncols=True)
+    return _Bar(tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, leave=False,
+                     dynamic_ncols=True))
 
 
 def _size_arg(text: str) -> int:
@@ -154,160 +105,23 @@ def _size_arg(text: str) -> int:
     return v
 
 
-# --------------------------------------------------------------------------- input planning
-def _plan_safetensors(f, size: int) -> tuple[bytes, list[_Piece]]:
-    head = f.read(8)
-    if len(head) < 8:
-        raise FormatError(f"not a safetensors file: {size} bytes, shorter than the 8-byte header length")
-    (n,) = struct.unpack("<Q", head)
-    if n > size - 8:
-        raise FormatError(f"not a safetensors file: header length {n} exceeds the file ({size} bytes)")
-    header = f.read(n)
-    try:
-        obj = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"not a safetensors file: header is not JSON ({e})") from None
-    except RecursionError:
-        raise FormatError("not a safetensors file: header JSON is nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise FormatError("not a safetensors file: header is not a JSON object")
-    start, data_len = 8 + n, size - 8 - n
-    tensors = []
-    for name, info in obj.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
-            ok = (isinstance(dtype, str) and isinstance(shape, list)
-                  and all(type(s) is int and s >= 0 for s in shape)              # bool is an int: refuse it
-                  and type(b) is int and type(e) is int and 0 <= b <= e <= data_len)
-        except (TypeError, KeyError, ValueError):
-            ok = False
-        if not ok:
-            raise FormatError(f"not a valid safetensors file: bad entry for tensor {name!r}: {info!r}")
-        tensors.append((b, e, name, dtype, tuple(shape)))
-    tensors.sort(key=lambda t: (t[0], t[1]))
-    pieces, pos = [], 0
-    for b, e, name, dtype, shape in tensors:
-        if b < pos and e > b:
-            raise FormatError(f"not a valid safetensors file: tensor {name!r} overlaps the previous one")
-        if b < pos:                      # an empty tensor placed inside another: no bytes of its own
-            continue
-        if b > pos:
-            pieces.append(_Piece("(gap)", start + pos, b - pos, filler=True))
-        lay = BY_SAFETENSORS.get(dtype)
-        if lay is not None and (e - b) != math.prod(shape) * lay.itemsize:
-            lay = None                   # inconsistent entry: keep the bytes as they are
-        pieces.append(_Piece(name, start + b, e - b, lay, shape))
-        pos = max(pos, e)
-    if pos < data_len:
-        pieces.append(_Piece("(tail)", start + pos, data_len - pos, filler=True))
-    return head + header, pieces
-
-
-def _read_npy_header(f):
-    """``(shape, fortran_order, dtype, data offset)`` of the npy file ``f`` (at its start)."""
-    try:
-        version = np.lib.format.read_magic(f)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(f, max_header_size=1 << 31)
-    except (ValueError, SyntaxError, TypeError, KeyError) as e:
-        return _read_npy_header_e5m2(f, e)
-    return shape, fortran, dtype, f.tell()
-
-
-def _read_npy_header_e5m2(f, err: Exception):
-    """``np.save`` of an ``ml_dtypes.float8_e5m2`` array writes descr ``'<f1'``, which NumPy
-    cannot read back; accept exactly that descr as float8_e5m2, reject anything else."""
-    import ml_dtypes
-
-    try:
-        f.seek(0)
-        version = np.lib.format.read_magic(f)
-        size_fmt = "<H" if version == (1, 0) else "<I"
-        (hlen,) = struct.unpack(size_fmt, f.read(struct.calcsize(size_fmt)))
-        d = ast.literal_eval(f.read(hlen).decode("utf-8" if version >= (3, 0) else "latin1"))
-        if (isinstance(d, dict) and d.get("descr") in ("<f1", "|f1", "=f1", "f1")
-                and isinstance(d.get("fortran_order"), bool) and isinstance(d.get("shape"), tuple)
-                and all(isinstance(s, int) and s >= 0 for s in d["shape"])):
-            return d["shape"], d["fortran_order"], np.dtype(ml_dtypes.float8_e5m2), f.tell()
-    except (ValueError, SyntaxError, TypeError, KeyError, UnicodeDecodeError, struct.error, MemoryError):
-        pass
-    raise FormatError(f"not a valid .npy file: {err}") from None
-
-
-def _npy_layout(dtype: np.dtype, forced: FloatLayout | None) -> FloatLayout | None:
-    """How to compress npy data of ``dtype`` (None: store it)."""
-    if dtype.hasobject or dtype.byteorder == ">" or dtype.names is not None or dtype.subdtype is not None:
-        return None
-    if dtype.kind == "V":          # ml_dtypes arrays are saved as void: bf16 -> V2, fp8 -> V1
-        if forced is not None:
-            if forced.itemsize != dtype.itemsize:
-                raise UsageError(f"--dtype {forced.name} ({forced.itemsize} bytes) does not match the "
-                                 f"npy dtype {dtype.str} ({dtype.itemsize} bytes)")
-            return forced
-        return {2: layout_for("bfloat16"), 1: layout_for("float8_e4m3fn")}.get(dtype.itemsize)
-    try:
-        lay = layout_for(dtype)
-    except TypeError:
-        lay = None
-    if forced is not None and forced is not lay:
-        raise UsageError(f"--dtype {forced.name} contradicts the npy dtype {dtype.name}")
-    return lay
-
-
-def _plan_npy(f, size: int, forced: FloatLayout | None) -> tuple[bytes, list[_Piece]]:
-    shape, fortran, dtype, offset = _read_npy_header(f)
-    f.seek(0)
-    meta = f.read(offset)
-    data_len = size - offset
-    if dtype.hasobject or dtype.itemsize == 0:
-        return meta, ([_Piece("array", offset, data_len)] if data_len else [])
-    lay = _npy_layout(dtype, forced)
-    numel = math.prod(shape)
-    n = min(numel, data_len // dtype.itemsize)
-    words_shape = (tuple(shape[::-1]) if fortran else tuple(shape)) if n == numel else (n,)
-    pieces = [_Piece("array", offset, n * dtype.itemsize, lay, words_shape)]
-    if data_len > n * dtype.itemsize:
-        pieces.append(_Piece("(tail)", offset + n * dtype.itemsize, data_len - n * dtype.itemsize, filler=True))
-    return meta, pieces
-
-
-def _plan_raw(size: int, lay: FloatLayout) -> tuple[bytes, list[_Piece]]:
-    n = size // lay.itemsize
-    pieces = [_Piece("data", 0, n * lay.itemsize, lay, (n,))]
-    if size > n * lay.itemsize:
-        pieces.append(_Piece("(tail)", n * lay.itemsize, size - n * lay.itemsize, filler=True))
-    return lay.name.encode("ascii"), pieces
-
-
-def _detect_kind(path: str, fmt_opt: str | None, has_dtype: bool) -> int:
-    if fmt_opt:
-        return {"safetensors": KIND_SAFETENSORS, "npy": KIND_NPY, "raw": KIND_RAW}[fmt_opt]
-    low = path.lower()
-    if low.endswith(".safetensors"):
-        return KIND_SAFETENSORS
-    if low.endswith(".npy"):
-        return KIND_NPY
-    if has_dtype:
-        return KIND_RAW
-    with open(path, "rb") as f:
-        head = f.read(9)
-    if head[:6] == b"\x93NUMPY":
-        return KIND_NPY
-    if len(head) == 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] <= os.path.getsize(path) - 8:
-        return KIND_SAFETENSORS
-    raise UsageError(f"cannot tell what {path} holds: name it .safetensors or .npy, pass --format, "
-                     f"or pass --dtype NAME for raw words")
-
-
 # --------------------------------------------------------------------------- compress
-def _read_exact(f, n: int) -> np.ndarray:
-    buf = np.empty(n, dtype=np.uint8)
-    got = f.readinto(memoryview(buf)) if n else 0
-    if got != n:
-        raise FormatError(f"input ended early (read {got} of {n} bytes): was it modified while being read?")
-    return buf
+def _input_kind(path: str, fmt_opt: str | None, has_dtype: bool) -> int:
+    if fmt_opt:
+        return INPUT_BY_NAME[fmt_opt]
+    kind = archive.detect_input(path, raw_if_unknown=has_dtype)
+    if kind is None:
+        raise UsageError(f"cannot tell what {path} holds: name it .safetensors or .npy, pass --format, "
+                         f"or pass --dtype NAME for raw words")
+    return kind
+
+
+def _conflict_message(e: archive.LayoutConflict) -> str:
+    forced, dtype = e.forced, e.dtype
+    if dtype.kind == "V":
+        return (f"--dtype {forced.name} ({forced.itemsize} bytes) does not match the "
+                f"npy dtype {dtype.str} ({dtype.itemsize} bytes)")
+    return f"--dtype {forced.name} contradicts the npy dtype {dtype.name}"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -335,178 +149,32 @@ def compress_file(src: str, dst: str, *, dtype: str | None = None, input_format:
     """Compress ``src`` into the archive ``dst``; returns a summary dict (see :func:`main`)."""
     _check_paths(src, dst)
     forced = parse_dtype(dtype) if dtype is not None else None
-    kind = _detect_kind(src, input_format, forced is not None)
-    if kind == KIND_RAW and forced is None:
+    kind = _input_kind(src, input_format, forced is not None)
+    if kind == INPUT_RAW and forced is None:
         raise UsageError("raw input needs --dtype NAME (one of " + ", ".join(SUPPORTED) + ")")
-    if kind == KIND_SAFETENSORS and forced is not None:
+    if kind == INPUT_SAFETENSORS and forced is not None:
         raise UsageError("--dtype does not apply to safetensors files (their header names the dtypes)")
     size = os.path.getsize(src)
-    stats = {"input": src, "output": dst, "kind": KIND_NAMES[kind], "original_nbytes": size, "tensors": []}
+    stats = {"input": src, "output": dst, "kind": INPUT_NAMES[kind], "original_nbytes": size, "tensors": []}
     with open(src, "rb") as f:
-        if kind == KIND_SAFETENSORS:
-            meta, pieces = _plan_safetensors(f, size)
-        elif kind == KIND_NPY:
-            meta, pieces = _plan_npy(f, size, forced)
-        else:
-            meta, pieces = _plan_raw(size, forced)
+        try:
+            meta, pieces = archive.plan(f, size, kind, forced)
+        except archive.LayoutConflict as e:
+            raise UsageError(_conflict_message(e)) from None
         bar = _progress(size, os.path.basename(src), progress)
         try:
             with atomic_write(dst) as out:
-                out.write(_HEAD.pack(ARCHIVE_MAGIC, ARCHIVE_VERSION, kind, 0, size, len(meta)))
-                out.write(meta)
-                out.write(_U32.pack(len(pieces)))
-                prefix = meta if _META_IN_FILE[kind] else b""
-                crc = _crc_update(prefix, 0)
-                pos = len(prefix)
-                for p in pieces:
-                    if p.offset != pos:
-                        raise AssertionError(f"internal error: piece {p.name!r} at {p.offset}, expected {pos}")
-                    f.seek(p.offset)
-                    crc, row = _write_piece(f, out, p, crc, chunk_size, checksum, bar)
-                    pos += p.length
-                    stats["tensors"].append(row)
-                if pos != size:
-                    raise AssertionError(f"internal error: entries cover {pos} of {size} bytes")
-                out.write(_U32.pack(crc))
+                stats["tensors"] = archive.write(f, out, kind, size, meta, pieces, chunk_size=chunk_size,
+                                                 checksum=checksum, progress=bar)
                 stats["archive_nbytes"] = out.tell()
         finally:
             if bar is not None:
                 bar.close()
-    stats.update(_totals(stats["tensors"], size, stats["archive_nbytes"]))
+    stats.update(archive.totals(stats["tensors"], size, stats["archive_nbytes"]))
     return stats
 
 
-def _write_entry_head(out, name: str, flags: int, bound: float, blob_len: int) -> None:
-    nb = name.encode("utf-8", "surrogatepass")
-    out.write(_U32.pack(len(nb)) + nb + _ENTRY.pack(flags, bound, blob_len))
-
-
-def _write_piece(f, out, p: _Piece, crc: int, chunk_size: int, checksum: bool, bar):
-    row = {"name": p.name, "filler": p.filler, "raw_nbytes": p.length, "numel": None, "dtype": None,
-           "bound_bits": math.nan}
-    if p.layout is not None and p.length:
-        if bar is not None:
-            bar.set_postfix_str(p.name[-40:], refresh=True)
-        buf = _read_exact(f, p.length)
-        crc = _crc_update(buf, crc)
-        words = buf.view(p.layout.numpy_dtype).reshape(p.shape)
-        bound = entropy_bound_bits(words)
-        blob = _encode(words, chunk_size=chunk_size, checksum=checksum)
-        row.update(numel=words.size, dtype=p.layout.name, bound_bits=bound)
-        if len(blob) < p.length:
-            _write_entry_head(out, p.name, FLAG_COMPRESSED, bound, len(blob))
-            out.write(blob)
-            row.update(compressed=True, nbytes=len(blob))
-        else:                             # would not shrink: store
-            _write_entry_head(out, p.name, 0, bound, p.length)
-            out.write(memoryview(buf))
-            row.update(compressed=False, nbytes=p.length)
-        if bar is not None:
-            bar.update(p.length)
-        return crc, row
-    _write_entry_head(out, p.name, FLAG_FILLER if p.filler else 0, math.nan, p.length)
-    left = p.length
-    while left:
-        chunk = f.read(min(left, _COPY_BLOCK))
-        if not chunk:
-            raise FormatError("input ended early: was it modified while being read?")
-        crc = _crc_update(chunk, crc)
-        out.write(chunk)
-        left -= len(chunk)
-        if bar is not None:
-            bar.update(len(chunk))
-    row.update(compressed=False, nbytes=p.length)
-    return crc, row
-
-
-def _totals(rows: list[dict], original: int, archive: int) -> dict:
-    floats = [r for r in rows if r.get("numel") and not math.isnan(r["bound_bits"])]
-    numel = sum(r["numel"] for r in floats)
-    packed = sum(r["nbytes"] for r in floats)
-    raw = sum(r["raw_nbytes"] for r in floats)
-    bound = sum(r["bound_bits"] * r["numel"] for r in floats) / numel if numel else math.nan
-    return {"archive_nbytes": archive, "ratio": _ratio(original, archive),
-            "n_tensors": sum(not r["filler"] for r in rows),
-            "n_compressed": sum(bool(r.get("compressed")) for r in rows),
-            "float_values": numel, "float_raw_nbytes": raw, "float_nbytes": packed,
-            "float_ratio": _ratio(raw, packed),
-            "bits_per_value": 8 * packed / numel if numel else math.nan, "entropy_bound_bits": bound,
-            "stored_nbytes": sum(r["nbytes"] for r in rows if not r.get("compressed"))}
-
-
-# --------------------------------------------------------------------------- archive reading
-@dataclass
-class _Entry:
-    name: str
-    flags: int
-    bound: float
-    start: int          # blob offset in the archive
-    length: int
-
-    @property
-    def compressed(self) -> bool:
-        return bool(self.flags & FLAG_COMPRESSED)
-
-    @property
-    def filler(self) -> bool:
-        return bool(self.flags & FLAG_FILLER)
-
-
-def _parse_archive(mv: memoryview) -> tuple[int, int, bytes, list[_Entry], int]:
-    """``(kind, original size, metadata, entries, crc)``; raises FormatError on any inconsistency."""
-    total = len(mv)
-    if total < _HEAD.size:
-        raise FormatError(f"archive truncated: {total} bytes, shorter than its {_HEAD.size}-byte header")
-    magic, version, kind, reserved, size, meta_len = _HEAD.unpack_from(mv, 0)
-    if magic != ARCHIVE_MAGIC:
-        raise FormatError(f"not a zipccl archive (magic {bytes(magic)!r}, expected {ARCHIVE_MAGIC!r})")
-    if version != ARCHIVE_VERSION:
-        raise FormatError(f"unsupported archive version {version} (this build reads {ARCHIVE_VERSION})")
-    if kind not in KIND_NAMES or reserved:
-        raise FormatError(f"archive header corrupted: input kind {kind}, reserved {reserved}")
-    pos = _HEAD.size
-
-    def need(n: int, what: str) -> None:
-        if total - pos < n:
-            raise FormatError(f"archive truncated in {what} (needs {n} bytes at offset {pos}, {total - pos} left)")
-
-    need(meta_len + 4, "the metadata")
-    meta = bytes(mv[pos:pos + meta_len])
-    pos += meta_len
-    (n_entries,) = _U32.unpack_from(mv, pos)
-    pos += 4
-    if n_entries > (total - pos) // (4 + _ENTRY.size):
-        raise FormatError(f"archive truncated or corrupted: {n_entries} entries cannot fit in {total - pos} bytes")
-    entries, covered = [], meta_len if _META_IN_FILE[kind] else 0
-    for i in range(n_entries):
-        need(4, f"entry {i}")
-        (nlen,) = _U32.unpack_from(mv, pos)
-        pos += 4
-        need(nlen + _ENTRY.size, f"entry {i}")
-        try:
-            name = bytes(mv[pos:pos + nlen]).decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            raise FormatError(f"archive corrupted: entry {i} has a name that is not UTF-8") from None
-        pos += nlen
-        flags, bound, blen = _ENTRY.unpack_from(mv, pos)
-        pos += _ENTRY.size
-        if flags & ~(FLAG_COMPRESSED | FLAG_FILLER) or flags == FLAG_COMPRESSED | FLAG_FILLER:
-            raise FormatError(f"archive corrupted: entry {i} ({name!r}) has flags {flags:#x}")
-        need(blen, f"entry {i} ({name!r})")
-        entries.append(_Entry(name, flags, bound, pos, blen))
-        if not flags & FLAG_COMPRESSED:
-            covered += blen
-        pos += blen
-    need(4, "the trailer")
-    (crc,) = _U32.unpack_from(mv, pos)
-    pos += 4
-    if pos != total:
-        raise FormatError(f"archive has {total - pos} unexpected bytes after its end (offset {pos})")
-    if covered > size:
-        raise FormatError(f"archive corrupted: stored entries hold {covered} bytes, the original has {size}")
-    return kind, size, meta, entries, crc
-
-
+# --------------------------------------------------------------------------- decompress
 class _Mapped:
     """Read-only mmap of a whole file (a zero-length file maps to ``b""``)."""
 
@@ -529,19 +197,6 @@ class _Mapped:
         self._f.close()
 
 
-def _stream_words(blob: memoryview, name: str) -> tuple[fmt.Header, np.ndarray]:
-    """Decode one entry's stream into a flat NumPy array; errors name the entry."""
-    try:
-        h = fmt.parse_header(blob)
-        out = np.empty(h.numel, dtype=h.layout.numpy_dtype)
-        _decode(blob, out=out)
-    except FormatError as e:
-        raise FormatError(f"tensor {name!r}: {e}") from None
-    except (ValueError, IndexError, OverflowError, KeyError) as e:     # a damaged payload the decoder tripped on
-        raise FormatError(f"tensor {name!r}: corrupted stream ({type(e).__name__}: {e})") from None
-    return h, out
-
-
 def _refuse_oversize(what: str, nbytes: int, max_size: int | None) -> None:
     if max_size is not None and nbytes > max_size:
         raise FormatError(f"{what} decompresses to {nbytes:,} bytes, more than --max-size {max_size:,}")
@@ -554,61 +209,25 @@ def decompress_file(src: str, dst: str, *, progress: bool = False, max_size: int
     with _Mapped(src) as m:
         mv = m.mv
         if bytes(mv[:4]) == fmt.MAGIC:
-            h = _checked_header(mv, os.path.basename(src))
+            h = archive.stream_header(mv, os.path.basename(src))
             _refuse_oversize(src, h.numel * h.layout.itemsize, max_size)
             return _decompress_stream(mv, src, dst)
-        kind, size, meta, entries, want_crc = _parse_archive(mv)
-        _refuse_oversize(src, size, max_size)
+        arc = archive.parse_archive(mv)
+        _refuse_oversize(src, arc.size, max_size)
         archive_nbytes = len(mv)
-        bar = _progress(size, os.path.basename(dst), progress)
+        bar = _progress(arc.size, os.path.basename(dst), progress)
         try:
             with atomic_write(dst) as out:
-                prefix = meta if _META_IN_FILE[kind] else b""
-                out.write(prefix)
-                crc, written = _crc_update(prefix, 0), len(prefix)
-                for e in entries:
-                    blob = mv[e.start:e.start + e.length]
-                    if e.compressed:
-                        h = _checked_header(blob, e.name)
-                        if written + h.numel * h.layout.itemsize > size:
-                            raise FormatError(f"tensor {e.name!r}: decodes past the original size {size}")
-                        _, words = _stream_words(blob, e.name)
-                        data = memoryview(words.view(np.uint8))
-                        crc = _crc_update(data, crc)
-                        out.write(data)
-                        written += len(data)
-                        if bar is not None:
-                            bar.update(len(data))
-                    else:
-                        for a in range(0, e.length, _COPY_BLOCK):
-                            piece = blob[a:a + _COPY_BLOCK]
-                            crc = _crc_update(piece, crc)
-                            out.write(piece)
-                            if bar is not None:
-                                bar.update(len(piece))
-                        written += e.length
-                    del blob
-                if written != size:
-                    raise FormatError(f"archive corrupted: rebuilt {written} bytes, the original had {size}")
-                if crc != want_crc:
-                    raise FormatError(f"archive corrupted: CRC32C of the rebuilt file is {crc:#010x}, "
-                                      f"the archive recorded {want_crc:#010x}")
+                archive.rebuild(mv, arc, out, progress=bar)
         finally:
             if bar is not None:
                 bar.close()
-    return {"input": src, "output": dst, "kind": KIND_NAMES[kind], "original_nbytes": size,
-            "archive_nbytes": archive_nbytes, "n_entries": len(entries)}
-
-
-def _checked_header(blob, name: str) -> fmt.Header:
-    try:
-        return fmt.parse_header(blob)
-    except FormatError as e:
-        raise FormatError(f"tensor {name!r}: {e}") from None
+    return {"input": src, "output": dst, "kind": INPUT_NAMES[arc.input], "original_nbytes": arc.size,
+            "archive_nbytes": archive_nbytes, "n_entries": len(arc.entries)}
 
 
 def _decompress_stream(mv, src: str, dst: str) -> dict:
-    h, words = _stream_words(mv, os.path.basename(src))
+    h, words = archive.stream_words(mv, os.path.basename(src))
     with atomic_write(dst) as out:
         out.write(memoryview(words.view(np.uint8)))
     return {"input": src, "output": dst, "kind": "stream", "original_nbytes": words.nbytes,
@@ -616,29 +235,6 @@ def _decompress_stream(mv, src: str, dst: str) -> dict:
 
 
 # --------------------------------------------------------------------------- inspect
-def _meta_info(kind: int, meta: bytes) -> tuple[dict, dict]:
-    """``(per-tensor {name: (dtype, shape)}, extra facts)`` from an archive's metadata (best effort)."""
-    import io
-
-    if kind == KIND_SAFETENSORS:
-        try:
-            obj = json.loads(meta[8:].decode("utf-8"))
-            info = {k: (v.get("dtype"), tuple(v.get("shape", ()))) for k, v in obj.items()
-                    if k != "__metadata__" and isinstance(v, dict)}
-            extra = {"metadata": obj.get("__metadata__")} if "__metadata__" in obj else {}
-            return info, extra
-        except (ValueError, UnicodeDecodeError, TypeError, AttributeError):
-            return {}, {"metadata_error": "unreadable safetensors header"}
-    if kind == KIND_NPY:
-        try:
-            shape, fortran, dtype, _ = _read_npy_header(io.BytesIO(meta))
-            name = dtype.str.lstrip("|") if dtype.kind == "V" and dtype.names is None else dtype.name
-            return {"array": (name, tuple(shape))}, {"fortran_order": fortran}
-        except FormatError:
-            return {}, {"metadata_error": "unreadable npy header"}
-    return {}, {}
-
-
 def inspect_file(path: str) -> dict:
     """Facts about an archive (every entry) or a bare codec stream, without decompressing."""
     if not os.path.exists(path):
@@ -653,40 +249,7 @@ def inspect_file(path: str) -> dict:
         if bytes(mv[:4]) != ARCHIVE_MAGIC:
             raise FormatError(f"{path} is neither a zipccl archive (magic {ARCHIVE_MAGIC!r}) nor a "
                               f"zipccl stream (magic {fmt.MAGIC!r})")
-        kind, size, meta, entries, crc = _parse_archive(mv)
-        tinfo, extra = _meta_info(kind, meta)
-        rows = []
-        for e in entries:
-            dtype, shape = (None, None) if e.filler else tinfo.get(e.name, (None, None))
-            if kind == KIND_RAW and not e.filler:
-                dtype = meta.decode("ascii", "replace")
-            row = {"name": e.name, "filler": e.filler, "compressed": e.compressed, "nbytes": e.length,
-                   "raw_nbytes": e.length, "dtype": dtype, "shape": shape, "numel": None,
-                   "bound_bits": e.bound, "chunk_kinds": None}
-            if e.compressed:
-                h = _checked_header(mv[e.start:e.start + e.length], e.name)
-                counts = np.bincount(h.kinds, minlength=3)
-                row.update(raw_nbytes=h.numel * h.layout.itemsize, numel=h.numel, codec_dtype=h.layout.name,
-                           chunk_size=h.chunk_size, checksum=h.checksum,
-                           chunk_kinds={fmt.KIND_NAMES[k]: int(counts[k]) for k in sorted(fmt.KIND_NAMES)})
-                if shape is None:
-                    row["shape"] = h.shape
-                if dtype is None:
-                    row["dtype"] = h.layout.name
-                elif kind == KIND_NPY and dtype.startswith("V"):
-                    row["dtype"] = f"{dtype} as {h.layout.name}"
-            elif shape is not None:
-                row["numel"] = math.prod(shape)
-            elif kind == KIND_RAW and not e.filler and dtype in SUPPORTED:
-                row["numel"] = e.length // layout_for(dtype).itemsize
-                row["shape"] = (row["numel"],)
-            row["ratio"] = _ratio(row["raw_nbytes"], e.length)
-            row["bits_per_value"] = 8 * e.length / row["numel"] if row["numel"] else None
-            rows.append(row)
-        info = {"type": "archive", "version": ARCHIVE_VERSION, "kind": KIND_NAMES[kind], "original_nbytes": size,
-                "metadata_nbytes": len(meta), "crc32c": crc, "entries": rows, **extra}
-        info.update(_totals(rows, size, len(mv)))
-        return info
+        return archive.describe(mv)
 
 
 # --------------------------------------------------------------------------- printing
@@ -775,8 +338,6 @@ def _chunk_size(s: str) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
     p = argparse.ArgumentParser(prog="zipccl", description="Lossless compression of float tensor files "
                                 "(.safetensors, .npy, raw words).")
     p.add_argument("--version", action="version", version=f"zipccl {__version__}")
@@ -786,8 +347,9 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("input", metavar="IN")
     c.add_argument("output", metavar="OUT", nargs="?", help="archive to write (default: IN.zcar)")
     c.add_argument("--dtype", metavar="NAME", help=f"dtype of raw input words ({', '.join(SUPPORTED)}); "
-                   "for .npy: how to read 1- or 2-byte void data (default bfloat16 / float8_e4m3fn)")
-    c.add_argument("--format", dest="input_format", choices=("safetensors", "npy", "raw"),
+                   "for .npy: how to read 1- or 2-byte void data (default "
+                   f"{NPY_VOID_LAYOUTS[2].name} / {NPY_VOID_LAYOUTS[1].name})")
+    c.add_argument("--format", dest="input_format", choices=tuple(INPUT_NAMES.values()),
                    help="input kind (default: from the extension; raw if --dtype is given)")
     c.add_argument("--chunk-size", type=_chunk_size, default=None, metavar="N",
                    help=f"values per independently decodable chunk (default {DEFAULT_CHUNK_SIZE}, "

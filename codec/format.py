@@ -143,10 +143,11 @@ class ChunkHead:
     words: int                        # offset of the rANS words
 
 
-def crc32c(data) -> int:
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C of ``data``, continuing from ``value`` (the CRC of the bytes before it; 0 to start)."""
     import crc32c as _crc
 
-    return _crc.crc32c(data)
+    return _crc.crc32c(data, value)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ import numpy as np
 __all__ = ["Record", "Row"]
 
 # struct codes -> NumPy field types (little-endian)
-_NP = {"B": "u1", "b": "i1", "H": "<u2", "h": "<i2", "I": "<u4", "i": "<i4", "Q": "<u8", "q": "<i8"}
+_NP = {"B": "u1", "b": "i1", "H": "<u2", "h": "<i2", "I": "<u4", "i": "<i4", "Q": "<u8", "q": "<i8", "d": "<f8"}
 
 
 class Record:
     """A fixed-size little-endian record: ``Record("chunk_head", [("codebook", "H"), ("ref", "h"), ...])``.
 
-    Field codes are :mod:`struct` codes (``B b H h I i Q q``, or ``Ns`` for ``N`` raw bytes)."""
+    Field codes are :mod:`struct` codes (``B b H h I i Q q d``, or ``Ns`` for ``N`` raw bytes)."""
 
     def __init__(self, name: str, fields, prefix: str):
         self.name = name
@@ -59,6 +59,10 @@ class Record:
         if missing or extra:
             raise TypeError(f"{self.name}: missing fields {sorted(missing)}, unknown fields {sorted(extra)}")
         return self.struct.pack(*(values[f] for f in self.names))
+
+    def pack_into(self, buf, at: int, **values) -> None:
+        """:meth:`pack` written into ``buf`` at offset ``at``."""
+        buf[at:at + self.size] = self.pack(**values)
 
     def constants(self) -> dict[str, int]:
         """``{PREFIX_FIELD: offset, ..., PREFIX_SIZE: size}`` for the kernels (field names upper-cased)."""

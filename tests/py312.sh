@@ -7,7 +7,10 @@
 #   bash tests/py312.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py=$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | head -1 || true)
+py=""
+for cand in "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 python3.12; do
+  if "$cand" -c "import sys; assert sys.version_info[:2] == (3, 12)" 2>/dev/null; then py=$cand; break; fi
+done
 if [ -z "$py" ]; then
   echo "== Python 3.12: NOT RUN, no python3.12 on this machine" >&2
   exit 0

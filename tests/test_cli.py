@@ -1,4 +1,5 @@
-"""The command line tool (codec.cli): byte-identical round trips, inspect, errors; codec.stats."""
+"""The command line tool (codec.cli) and the archive format (codec.archive): byte-identical round trips,
+inspect, errors, the pinned archive layout; codec.stats."""
 import json
 import math
 import os
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import codec
+from codec import archive
 from codec.cli import main
 from codec.stats import entropy_bound_bits
 
@@ -283,6 +285,82 @@ def test_subprocess_python_m_codec(tmp_path):
     assert r.returncode == 0 and "ratio" in r.stdout
     r = run("decompress", "nothere.zcar", "x")
     assert r.returncode == 2 and "nothere.zcar" in r.stderr and "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------------- codec.archive
+def test_archive_records_are_the_documented_layout():
+    # codec/archive.py's docstring: a 20-byte header, then per entry a u32 name length and a 17-byte head
+    assert archive.ARCHIVE_HEAD.struct.format == "<4sBBHQI" and archive.ARCHIVE_HEAD.size == 20
+    assert archive.ARCHIVE_HEAD.offset == {"magic": 0, "version": 4, "input": 5, "reserved": 6, "size": 8,
+                                           "meta_len": 16}
+    assert archive.ENTRY_HEAD.struct.format == "<BdQ" and archive.ENTRY_HEAD.size == 17
+    assert archive.ENTRY_HEAD.offset == {"flags": 0, "bound": 1, "length": 9}
+    assert archive.ENTRY_COUNT.size == archive.ENTRY_NAME.size == archive.ARCHIVE_TRAILER.size == 4
+    assert archive.INPUT_NAMES == {1: "safetensors", 2: "npy", 3: "raw"}
+    # the input kinds are not the stream's chunk kinds (codec.format.KIND_*)
+    assert not any(n.startswith("KIND_") for n in vars(archive))
+
+
+def test_archive_bytes_are_pinned(tmp_path):
+    """An archive written by hand from the layout table: compress writes exactly these bytes, and
+    decompress reads them back (the format cannot change without this test noticing)."""
+    import crc32c
+
+    nan = struct.pack("<d", math.nan)
+    zeros = np.zeros(4096, np.float16)
+    words = zeros.tobytes()                                         # compresses (CONST chunks)...
+    blob = bytes(codec.encode(zeros, chunk_size=1024))
+    assert len(blob) < len(words)
+    data = words + b"\x01"                                          # ...then a 1-byte tail
+    src = tmp_path / "w.raw"
+    src.write_bytes(data)
+    bound = entropy_bound_bits(zeros)
+    expect = (b"ZCAR" + bytes([1, 3]) + b"\0\0" + struct.pack("<QI", len(data), len(b"float16")) + b"float16"
+              + struct.pack("<I", 2)
+              + struct.pack("<I", 4) + b"data" + struct.pack("<BdQ", 1, bound, len(blob)) + blob
+              + struct.pack("<I", 6) + b"(tail)" + b"\x02" + nan + struct.pack("<Q", 1) + b"\x01"
+              + struct.pack("<I", crc32c.crc32c(data)))
+    arc = tmp_path / "w.zcar"
+    assert main(["compress", "-q", str(src), str(arc), "--dtype", "f16", "--chunk-size", "1024"]) == 0
+    assert arc.read_bytes() == expect
+    hand = tmp_path / "hand.zcar"
+    hand.write_bytes(expect)
+    assert main(["decompress", "-q", str(hand), str(tmp_path / "back")]) == 0
+    assert (tmp_path / "back").read_bytes() == data
+
+
+def test_archive_module_without_the_command_line(tmp_path):
+    """codec.archive plans, writes, parses, describes and rebuilds on its own (file objects in, file
+    objects out), and imports nothing of the command line."""
+    import ast
+    import io
+
+    x = np.random.default_rng(8).normal(0, 0.02, (32, 40)).astype(ml_dtypes.bfloat16)
+    src = tmp_path / "a.npy"
+    np.save(src, x)
+    raw = src.read_bytes()
+    assert archive.detect_input(str(src)) == archive.INPUT_NPY
+    with open(src, "rb") as f:
+        meta, pieces = archive.plan(f, len(raw), archive.INPUT_NPY)
+        assert [p.name for p in pieces] == ["array"] and pieces[0].layout.name == "bfloat16"
+        out = io.BytesIO()
+        rows = archive.write(f, out, archive.INPUT_NPY, len(raw), meta, pieces)
+    assert rows[0]["compressed"] and rows[0]["numel"] == x.size
+    mv = memoryview(out.getvalue())
+    arc = archive.parse_archive(mv)
+    assert (arc.input, arc.size, arc.meta, len(arc.entries)) == (archive.INPUT_NPY, len(raw), meta, 1)
+    info = archive.describe(mv)
+    assert info["kind"] == "npy" and info["entries"][0]["dtype"] == "V2 as bfloat16"
+    back = io.BytesIO()
+    archive.rebuild(mv, arc, back)
+    assert back.getvalue() == raw
+    with open(src, "rb") as f, pytest.raises(archive.LayoutConflict):
+        archive.plan(f, len(raw), archive.INPUT_NPY, codec.layouts.layout_for("float32"))
+
+    tree = ast.parse((REPO / "codec" / "archive.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"argparse", "tqdm", "cli", "codec.cli", "sys"}, imported
 
 
 # ----------------------------------------------------------------------------- codec.stats

@@ -157,8 +157,8 @@ def test_forged_word_count_is_caught_after_the_simd_rounds(dtype):
     blob = bytearray(codec.encode(x, chunk_size=65536))
     h = fmt.parse_header(blob)
     a = h.payload_start
-    cb, ref, shift, mode, res, n_sm, n_esc, n_words = fmt.CHUNK_HEAD.unpack_from(blob, a)
-    fmt.CHUNK_HEAD.pack_into(blob, a, cb, ref, shift, mode, res, n_sm, n_esc + 1, n_words - 1)
+    hd = fmt.CHUNK_HEAD.unpack_from(blob, a)
+    fmt.CHUNK_HEAD.pack_into(blob, a, **hd._replace(n_esc=hd.n_esc + 1, n_words=hd.n_words - 1)._asdict())
     for backend in ("numba", "reference"):
         with pytest.raises(codec.FormatError, match="chunk 0: "):
             codec.decode(bytes(blob), backend=backend)
