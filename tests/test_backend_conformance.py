@@ -41,7 +41,11 @@ def _interpreted(backend) -> bool:
 
 
 def _param(name):
-    return pytest.param(name, marks=pytest.mark.gpu) if name == "cuda" else name
+    if name == "cuda":
+        return pytest.param(name, marks=pytest.mark.gpu)
+    if name in backends.device_names() and os.environ.get("TRITON_INTERPRET") == "1":
+        return pytest.param(name, marks=pytest.mark.slow)        # interpreted: CI's second, slow step
+    return name
 
 
 BACKENDS = [_param(n) for n in backends.names()]

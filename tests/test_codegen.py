@@ -41,6 +41,7 @@ def test_cuda_compiles_with_nvrtc(dtype, arch):
         assert f".entry zipccl_{kernel}_{dtype}(" in ptx
 
 
+@pytest.mark.slow
 def test_triton_kernels_compile_for_the_gpu(tmp_path):
     """Triton's own GPU compiler (not the interpreter, which is laxer) takes every generated kernel of
     every dtype, to a cubin for sm_90 (and sm_80, sm_100 for two dtypes).  In a separate process: this
@@ -387,6 +388,7 @@ def test_cuda_kernels_bit_exact_emulated(dtype):
 from hypothesis import given, strategies as st  # noqa: E402
 
 
+@pytest.mark.slow
 @given(dtype=st.sampled_from(DTYPES), n=st.integers(0, 6000), chunk_size=st.sampled_from([64, 100, 1024, 2048, 4096]),
        dist=st.sampled_from(["gaussian", "laplace", "mostly_zeros", "constant", "random_bits", "lognormal"]),
        seed=st.integers(0, 2**16), zero_run=st.integers(0, 3000))
@@ -439,6 +441,7 @@ print("asan-clean")
 """
 
 
+@pytest.mark.slow
 def test_cuda_kernels_have_no_stray_accesses_under_asan():
     """The emulated CUDA encoder and decoder compiled with AddressSanitizer (every buffer torch allocates
     gets red zones): valid streams and 24 forged ones for bf16 and e4m3, and no access outside a buffer."""
