@@ -51,6 +51,42 @@ def _broadcast(builder, t, scalar):
     return builder.shuffle_vector(v, ir.Constant(_vec(t), None), _splat(_I32, 0))
 
 
+def _target_features() -> str:
+    """The CPU features numba compiles the kernels for: ``NUMBA_CPU_FEATURES`` when set (tests/isa.sh sets
+    it, with ``NUMBA_CPU_NAME``, to compile for another CPU), else the host's."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return config.CPU_FEATURES
+    import llvmlite.binding as ll
+
+    return ll.get_host_cpu_features().flatten()
+
+
+# How a round moves words between the lanes and the shared stream.  "memory": the masked
+# expand-load / compress-store intrinsics (vpexpandw/vpcompressw with a memory operand on AVX-512, a
+# scalar sequence elsewhere).  "register" (AVX-512 VBMI2 targets): a masked load or store of the words
+# in lane order and the register forms of vpexpandw/vpcompressw -- the memory forms are microcoded and
+# several times slower on AMD Zen 4 and 5 (the same bytes either way; tests/isa.sh compiles both).
+def _stream_moves() -> str:
+    """The variant for the compile target, or ``ZIPCCL_STREAM_MOVES`` (tests and benchmarks: give that
+    run a NUMBA_CACHE_DIR of its own, since numba's cache key does not see this choice)."""
+    import os
+
+    vbmi2 = "+avx512vbmi2" in _target_features().split(",")
+    forced = os.environ.get("ZIPCCL_STREAM_MOVES")
+    if forced is None:
+        return "register" if vbmi2 else "memory"
+    if forced not in ("register", "memory"):
+        raise ValueError(f"ZIPCCL_STREAM_MOVES={forced!r}: register or memory")
+    if forced == "register" and not vbmi2:
+        raise ValueError("ZIPCCL_STREAM_MOVES=register needs a target with AVX-512 VBMI2")
+    return forced
+
+
+STREAM_MOVES = _stream_moves()
+
+
 def _declare(builder, name, ret, args):
     try:
         return builder.module.get_global(name)
@@ -87,6 +123,43 @@ def _popcount16(builder, mask):
     return builder.zext(builder.ctpop(builder.bitcast(mask, _I16)), _I64)
 
 
+def _prefix_mask(builder, count):
+    """Lanes ``0 .. count-1`` (``count``: i64)."""
+    return builder.icmp_unsigned("<", _const_vec(_I32, range(LANES)), _broadcast(builder, _I32, builder.trunc(count, _I32)))
+
+
+def _expand_words(builder, ptr, mask):
+    """The next ``popcount(mask)`` u16 words at ``ptr`` placed in the ``mask`` lanes, in lane order
+    (zero elsewhere); nothing past them is read."""
+    zero = ir.Constant(_vec(_I16), None)
+    if STREAM_MOVES == "register":
+        load = _declare(builder, f"llvm.masked.load.v{LANES}i16.p0", _vec(_I16),
+                        [_I16.as_pointer(), _I32, _vec(_I1), _vec(_I16)])
+        words = builder.call(load, [ptr, ir.Constant(_I32, 2), _prefix_mask(builder, _popcount16(builder, mask)), zero])
+        expand = _declare(builder, f"llvm.x86.avx512.mask.expand.v{LANES}i16", _vec(_I16),
+                          [_vec(_I16), _vec(_I16), _vec(_I1)])
+        return builder.call(expand, [words, zero, mask])
+    expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
+                      [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
+    return builder.call(expand, [ptr, mask, zero])
+
+
+def _compress_words(builder, words, ptr, mask, count):
+    """The ``mask`` lanes of ``words`` (u16), in lane order, to ``ptr`` (``count`` = popcount(mask));
+    nothing past them is written."""
+    if STREAM_MOVES == "register":
+        compress = _declare(builder, f"llvm.x86.avx512.mask.compress.v{LANES}i16", _vec(_I16),
+                            [_vec(_I16), _vec(_I16), _vec(_I1)])
+        packed = builder.call(compress, [words, ir.Constant(_vec(_I16), None), mask])
+        store = _declare(builder, f"llvm.masked.store.v{LANES}i16.p0", ir.VoidType(),
+                         [_vec(_I16), _I16.as_pointer(), _I32, _vec(_I1)])
+        builder.call(store, [packed, ptr, ir.Constant(_I32, 2), _prefix_mask(builder, count)])
+        return
+    compress = _declare(builder, f"llvm.masked.compressstore.v{LANES}i16", ir.VoidType(),
+                        [_vec(_I16), _I16.as_pointer(), _vec(_I1)])
+    builder.call(compress, [words, ptr, mask])
+
+
 def _decode_step(builder, xp, tp, bp, wp):
     """One rANS decode step of 16 lanes (states at ``xp``, updated): returns (symbols (i32), new wp).
     Table entry: ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19`` (7 + 12 + 13 bits)."""
@@ -96,9 +169,7 @@ def _decode_step(builder, xp, tp, bp, wp):
     bias = builder.and_(builder.lshr(ent, _splat(_I32, 7)), _splat(_I32, 0xFFF))
     xn = builder.add(builder.mul(freq, builder.lshr(xv, _splat(_I32, PROB_BITS))), bias)
     need = builder.icmp_unsigned("<", xn, _splat(_I32, RANS_L))
-    expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
-                      [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
-    w16 = builder.call(expand, [_at(builder, bp, wp, _I16), need, ir.Constant(_vec(_I16), None)])
+    w16 = _expand_words(builder, _at(builder, bp, wp, _I16), need)
     refilled = builder.or_(builder.shl(xn, _splat(_I32, 16)), builder.zext(w16, _vec(_I32)))
     builder.store(builder.select(need, refilled, xn), builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
     wp = builder.add(wp, builder.shl(_popcount16(builder, need), ir.Constant(_I64, 1)))
@@ -217,10 +288,8 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
         ke_new = builder.add(kev, _popcount16(builder, is_esc))
         enough = builder.icmp_signed("<=", ke_new, nescv)
         take = builder.select(enough, is_esc, _splat(_I1, 0))
-        expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
-                          [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
-        ev = builder.call(expand, [_at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
-                                   take, ir.Constant(_vec(_I16), None)])
+        ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
+                           take)
         t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
         top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
             builder.lshr(emv, ir.Constant(_I64, 8)), _I32))), _splat(_I32, 1))          # 2 * top + 1
@@ -427,11 +496,9 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
         need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
         cnt = _popcount16(builder, need)
         pos = builder.sub(posv, cnt)
-        compress = _declare(builder, f"llvm.masked.compressstore.v{LANES}i16", ir.VoidType(),
-                            [_vec(_I16), _I16.as_pointer(), _vec(_I1)])
         wb = _data(context, builder, st[6], wa)
-        builder.call(compress, [builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
-                                                                    _I16), need])
+        _compress_words(builder, builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
+                                                                      _I16), need, cnt)
         xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
         qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
         q = builder.fptoui(qf, _vec(_I32))

@@ -211,3 +211,38 @@ def test_kernels_are_compiled_for_the_expected_instruction_set():
     else:
         assert regs["zmm"] == 0, (want, regs)                  # nothing of AVX-512 on an AVX2 or SSE2 target
         assert (regs["ymm"] > 0) == (want == "avx2"), (want, regs)
+
+
+def test_stream_moves_compile_to_the_chosen_instructions():
+    """The variant of the rounds' stream moves (codec._simd.STREAM_MOVES) is the one the compile target
+    calls for (register forms with AVX-512 VBMI2: the memory forms are microcoded on AMD Zen 4/5), or
+    the one ZIPCCL_STREAM_MOVES forces, and the compiled encoder round uses those instructions."""
+    import os
+    import platform
+    import re
+
+    from numba import njit
+
+    from codec import _simd
+
+    feats = _simd._target_features().split(",")
+    want = os.environ.get("ZIPCCL_STREAM_MOVES") or ("register" if "+avx512vbmi2" in feats else "memory")
+    assert _simd.STREAM_MOVES == want
+
+    @njit(cache=False)
+    def push(x, sym, ftab, inv, wbuf):
+        return _simd.rans_encode16(x, 0, sym, 0, ftab, inv, wbuf, 64)
+
+    sym = (np.arange(16) % 5 == 0).astype(np.uint8)                          # lanes 0, 5, 10, 15: symbol 1
+    ftab = np.where(np.arange(256) == 1, 1 << 11, 1).astype(np.uint32)       # f = 2^11: flush from 2^31
+    x = np.where(sym == 1, 1 << 30, 1 << 31).astype(np.uint32) + 7 * np.arange(16, dtype=np.uint32)
+    wbuf = np.zeros(64, np.uint16)
+    pos = push(x.copy(), sym, ftab, 1.0 / (ftab & 0xFFFF), wbuf)
+    flushed = x[sym == 0] & 0xFFFF                                           # in lane order, below pos
+    assert pos == 64 - len(flushed) and np.array_equal(wbuf[pos:], flushed) and not wbuf[:pos].any()
+    if platform.machine() not in ("x86_64", "AMD64") or "+avx512vbmi2" not in feats:
+        return
+    asm = next(iter(push.inspect_asm().values()))
+    memory_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, [^%\s]*\(", asm)
+    register_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, %[xyz]mm\d+", asm)
+    assert (register_form and not memory_form) if want == "register" else (memory_form and not register_form), want
