@@ -1,6 +1,6 @@
 """CPU throughput benchmark: zipccl's numba backend against ZipNN, side by side in one process.
 
-    python -m bench.speed                 # -> bench/results/speed.md
+    python -m bench.speed                 # -> bench/results/speed_<cpu>.md, one table per machine
     python -m bench.speed --quick         # 8 MiB tensors, prints only
 
 Inputs: a 64 MiB bfloat16 Gaussian tensor, the real all-MiniLM-L6-v2 weights (all tensors
@@ -152,6 +152,32 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _machine_slug(model: str) -> str:
+    """A file-name form of the CPU model: one results table per machine seen."""
+    import re
+
+    m = re.fullmatch(r"(.*) \(family (\S+), model (\S+)\)", model)
+    name, tail = (m.group(1), f"-f{m.group(2)}-m{m.group(3)}") if m else (model, "")
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") + tail
+
+
+def _kernel_build() -> str:
+    """What the numba kernels were compiled for, and with what."""
+    import llvmlite
+    import numba
+    from numba.core import config
+
+    from codec import _simd
+
+    feats = _simd._target_features().split(",")
+    isa = ("AVX-512" if "+avx512f" in feats else "AVX2" if "+avx2" in feats else "SSE2") + \
+        (" VBMI2" if "+avx512vbmi2" in feats else "")
+    import llvmlite.binding as ll
+
+    return (f"kernels built for {config.CPU_NAME or ll.get_host_cpu_name()} ({isa}; stream moves: "
+            f"{_simd.STREAM_MOVES} forms), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -250,9 +276,9 @@ def main(argv=None) -> int:
     print(table + "\n" + extra)
     if not args.quick:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "speed.md").write_text(
+        (args.out / f"speed_{_machine_slug(_cpu_model())}.md").write_text(
             f"# CPU throughput: zipccl (numba) vs ZipNN\n\nCPU: {_cpu_model()}, {codec.get_num_threads()} threads "
-            "available.\n\nRegenerate: "
+            f"available; {_kernel_build()}.\n\nRegenerate: "
             f"`python -m bench.speed --runs {args.runs} --repeat {args.repeat}` "
             f"(median over {args.runs} runs of the best of {args.repeat}; MB/s of uncompressed data; ratios to ZipNN threads=1 and to memcpy "
             "measured in the same run; `_t1`/`_2t` = codec threads; outputs fresh, except `dec_out`: "

@@ -63,11 +63,11 @@ def _target_features() -> str:
     return ll.get_host_cpu_features().flatten()
 
 
-# How a round moves words between the lanes and the shared stream.  "memory": the masked
-# expand-load / compress-store intrinsics (vpexpandw/vpcompressw with a memory operand on AVX-512, a
-# scalar sequence elsewhere).  "register" (AVX-512 VBMI2 targets): a masked load or store of the words
-# in lane order and the register forms of vpexpandw/vpcompressw -- the memory forms are microcoded and
-# several times slower on AMD Zen 4 and 5 (the same bytes either way; tests/isa.sh compiles both).
+# How the encoder's round stores the flushed words to the shared stream.  "memory": the masked
+# compress-store intrinsic (vpcompressw with a memory operand on AVX-512, a scalar sequence elsewhere).
+# "register" (AVX-512 VBMI2 targets): the register form of vpcompressw, then a masked store of the
+# first popcount lanes -- vpcompressw to memory is microcoded on AMD Zen 4 (measured: the encoder at
+# 0.6x).  The same bytes either way; tests/isa.sh compiles both on such a host.
 def _stream_moves() -> str:
     """The variant for the compile target, or ``ZIPCCL_STREAM_MOVES`` (tests and benchmarks: give that
     run a NUMBA_CACHE_DIR of its own, since numba's cache key does not see this choice)."""
@@ -130,18 +130,11 @@ def _prefix_mask(builder, count):
 
 def _expand_words(builder, ptr, mask):
     """The next ``popcount(mask)`` u16 words at ``ptr`` placed in the ``mask`` lanes, in lane order
-    (zero elsewhere); nothing past them is read."""
-    zero = ir.Constant(_vec(_I16), None)
-    if STREAM_MOVES == "register":
-        load = _declare(builder, f"llvm.masked.load.v{LANES}i16.p0", _vec(_I16),
-                        [_I16.as_pointer(), _I32, _vec(_I1), _vec(_I16)])
-        words = builder.call(load, [ptr, ir.Constant(_I32, 2), _prefix_mask(builder, _popcount16(builder, mask)), zero])
-        expand = _declare(builder, f"llvm.x86.avx512.mask.expand.v{LANES}i16", _vec(_I16),
-                          [_vec(_I16), _vec(_I16), _vec(_I1)])
-        return builder.call(expand, [words, zero, mask])
+    (zero elsewhere); nothing past them is read.  One masked expand-load in either variant: measured on
+    Zen 4, a masked load and the register form of vpexpandw decode no faster than the memory form."""
     expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
                       [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
-    return builder.call(expand, [ptr, mask, zero])
+    return builder.call(expand, [ptr, mask, ir.Constant(_vec(_I16), None)])
 
 
 def _compress_words(builder, words, ptr, mask, count):
