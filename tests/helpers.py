@@ -1,4 +1,6 @@
 """Shared test helpers: bit-exact comparison and value generators."""
+import os
+
 import numpy as np
 
 from codec.layouts import LAYOUTS, layout_for
@@ -70,3 +72,17 @@ def warm(part: str) -> None:
             codec.decode(codec.encode(x, chunk_size=16384, backend="reference"), backend="numba")
         else:
             codec.encode(x, chunk_size=16384, backend="numba")
+
+
+def interpret_triton_without_gpu() -> None:
+    """Run the Triton kernels under the CPU interpreter where no GPU is (TRITON_INTERPRET=1), unless
+    the caller chose; call before any generated kernel is imported."""
+    if os.environ.get("TRITON_INTERPRET") is not None:
+        return
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        os.environ["TRITON_INTERPRET"] = "1"

@@ -6,14 +6,9 @@ import re
 import numpy as np
 import pytest
 
-if os.environ.get("TRITON_INTERPRET") is None:
-    try:
-        import torch
-        _has_gpu = torch.cuda.is_available()
-    except ImportError:
-        _has_gpu = False
-    if not _has_gpu:
-        os.environ["TRITON_INTERPRET"] = "1"     # before any generated kernel is imported
+from tests.helpers import interpret_triton_without_gpu  # noqa: E402
+
+interpret_triton_without_gpu()                   # before any generated kernel is imported
 
 import codec  # noqa: E402
 import torch  # noqa: E402
