@@ -278,8 +278,7 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
     impl = backends.get(backend)
-    out = (impl.empty(n, h.layout.uint) if hasattr(impl, "empty") else np.empty(n, h.layout.uint)) \
-        if dest is None else dest(h, n)
+    out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
     return h, out
 

@@ -79,11 +79,6 @@ def device_names() -> tuple[str, ...]:
     return tuple(n for n, e in _REGISTRY.items() if e.device)
 
 
-def is_device(name: str) -> bool:
-    e = _REGISTRY.get(name)
-    return e is not None and e.device
-
-
 def get(name: str):
     """The backend registered as ``name`` (``auto``: numba), imported now if it was not yet."""
     name = "numba" if name == "auto" else name

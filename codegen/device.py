@@ -32,11 +32,6 @@ from codec.layouts import packed_nbytes
 from .kernels import default_device, kernel_set
 from .rows import COPY, COUNTS, DEC_COPY, META, PLACE, PLANES, RANS, STATS
 
-def word_dtype(lay):
-    """The torch dtype a layout's words are handled as on the device (unsigned, the kernels' type)."""
-    return lay.torch_words
-
-
 class Backend:
     """The host-facing backend of one dialect for :mod:`codec.api` (``backend="triton"``/``"cuda"``):
     host streams are copied to the device, decoded there, and the words copied back."""
@@ -46,6 +41,10 @@ class Backend:
 
     def kernels(self, lay):
         return kernel_set(self.dialect, lay.name)
+
+    @staticmethod
+    def empty(n: int, dtype) -> np.ndarray:
+        return np.empty(n, dtype)
 
     @staticmethod
     def device() -> str:
@@ -66,7 +65,7 @@ class Backend:
         mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
         dev = default_device() if self.dialect != "cuda-emulated" else "cpu"
         buf_t = torch.from_numpy(mv.copy()).to(dev)
-        words = torch.empty(len(out), dtype=word_dtype(h.layout), device=dev)
+        words = torch.empty(len(out), dtype=h.layout.torch_words, device=dev)
         decode_into(h, buf_t, chunks, words, host=mv, kernels=self.kernels(h.layout))
         out[:] = words.cpu().numpy().view(out.dtype)
 
@@ -92,7 +91,7 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
         host = buf_t.cpu().numpy()
         fmt.verify_chunk_crcs(h, host, range(h.n_chunks))
     if words is None:
-        words = torch.empty(h.numel, dtype=word_dtype(h.layout), device=buf_t.device)
+        words = torch.empty(h.numel, dtype=h.layout.torch_words, device=buf_t.device)
     elif words_layout is not h.layout or words.numel() != h.numel:
         raise ValueError(f"out must hold {h.numel} values of {h.layout.name}, got {words.numel()} of "
                          f"{getattr(words_layout, 'name', '?')}")

@@ -117,7 +117,7 @@ def test_triton_one_and_two_pass_decoders_agree(dtype):
     blob = bytes(codec.encode(x, chunk_size=128))
     h = fmt.parse_header(blob)
     for split in (False, True):
-        words = torch.full((h.numel,), 0x5A, dtype=dv.word_dtype(lay))
+        words = torch.full((h.numel,), 0x5A, dtype=lay.torch_words)
         plan = dv.decode_into(h, torch.frombuffer(bytearray(blob), dtype=torch.uint8), range(h.n_chunks), words,
                               kernels=kernel_set("triton", dtype), launch=False)
         plan.run(split=split)
@@ -350,7 +350,7 @@ def _words(x):
 
     lay = layout_for(x.dtype)
     signed = np.ascontiguousarray(x).reshape(-1).view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize])
-    return torch.from_numpy(signed.copy()).view(dv.word_dtype(lay))
+    return torch.from_numpy(signed.copy()).view(lay.torch_words)
 
 
 def _cuda_roundtrip(x, chunk_size, checksum=False):
@@ -420,7 +420,7 @@ for dtype in ("bfloat16", "float8_e4m3fn"):           # 16- and 8-bit words, wit
     lay, kern = layout_for(dtype), kernel_set("cuda-emulated", dtype)
     for x, cs in ((_encoder_case(dtype), 128), (make_values("laplace", dtype, 9000, 1, -1.0), 4096)):
         x[3000:3700] = 0
-        w = torch.from_numpy(x.view({1: np.uint8, 2: np.int16, 4: np.int32}[lay.itemsize]).copy()).view(dv.word_dtype(lay))
+        w = torch.from_numpy(x.view(lay.view_ints).copy()).view(lay.torch_words)
         blob = bytes(dv.encode_stream(w, lay, x.shape, cs, 0, kernels=kern).numpy())
         assert blob == bytes(codec.encode(x, chunk_size=cs))
         h = fmt.parse_header(blob)
