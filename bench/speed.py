@@ -175,7 +175,7 @@ def _kernel_build() -> str:
     import llvmlite.binding as ll
 
     return (f"kernels built for {config.CPU_NAME or ll.get_host_cpu_name()} ({isa}; stream moves: "
-            f"{_simd.STREAM_MOVES} forms), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+            f"{_simd.STREAM_MOVES} forms; table lookups: {_simd.TABLE_LOOKUPS}s), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
 
 
 def main(argv=None) -> int:

@@ -26,8 +26,9 @@ from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAU
                      VALUES_PER_LANE, ZERO_BLOCK_MODES, Header, chunk_fault, crc32c, parse_chunk_head)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
-from ._simd import (LANES, copy_bytes, encode_prepare16, fetch_add, prefetch, rans_decode16, rans_decode16_values,
-                    rans_encode16, stats16, fill16, values16_escaped, values16_window)
+from ._simd import (LANES, PERMUTE, RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, fetch_add,
+                    prefetch, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_ranked, stats16, fill16,
+                    values16_escaped, values16_window)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -258,6 +259,12 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             if f[sy] == 0:
                 sy = SYM_ESC
         symtab[key] = sy
+    # the same table as its window of 80 keys from 2 * (ref - WINDOW_LOW), for a permute (codec._simd)
+    base = 2 * (ref - WINDOW_LOW)
+    symwin = np.full(128, SYM_ESC, np.uint8)
+    for j in range(2 * WINDOW):
+        if f[SYM_WINDOW0 + j] > 0:
+            symwin[j] = SYM_WINDOW0 + j
     width = M - shift
     full = width // 8
     rem = width % 8
@@ -269,7 +276,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     g16 = m - m % LANES
     em = (E << 8) | M
     for at in range(0, g16, LANES):
-        c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
+        if PERMUTE:
+            c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
+        else:
+            c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
         if c:
             esc_groups[n_groups] = at
             n_groups += 1
@@ -309,6 +319,19 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for t in range(N_SYMBOLS):
         ftab[t] = f[t] | (cum[t] << 16)
         inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+    # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
+    rk = np.zeros(128, np.uint8)
+    ftab_r = np.zeros(RANKED_SYMBOLS, np.uint32)
+    inv_r = np.zeros(RANKED_SYMBOLS, np.float64)
+    n_used = 0
+    for t in range(N_SYMBOLS):
+        if f[t] > 0:
+            if n_used < RANKED_SYMBOLS:
+                rk[t] = n_used
+                ftab_r[n_used] = ftab[t]
+                inv_r[n_used] = inv[t]
+            n_used += 1
+    ranked = PERMUTE and n_used <= RANKED_SYMBOLS
     x = _private(k, RANS_L, np.uint32)
     cap = len(wbuf)
     pos = cap
@@ -327,7 +350,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     pf = 0
     for r in range(full_rounds - 1, -1, -1):
         for h in range(k - LANES, -1, -LANES):
-            pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
+            if ranked:
+                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
+            else:
+                pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
         prefetch(ahead, pf)
         pf += 64
     n_words = cap - pos

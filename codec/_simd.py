@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, WINDOW_LOW
+from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, WINDOW, WINDOW_LOW
 from .format import RANS_L
 
 LANES = 16
@@ -87,6 +87,35 @@ def _stream_moves() -> str:
 STREAM_MOVES = _stream_moves()
 
 
+# How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
+# reciprocal).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there is no gather).  "permute"
+# (AVX-512 VBMI targets): the tables are held in registers and read with vpermi2b/vpermi2d/vpermi2pd
+# -- on AMD Zen 5 a 16-lane vpgatherdd costs 14 cycles of throughput, the permutes about 1 each
+# (measured: bench/results/lookups_*.md).  The symbol tables are then indexed by rank among the
+# chunk's used symbols, so a chunk with more than RANKED_SYMBOLS of them takes the gather path.
+RANKED_SYMBOLS = 32
+
+
+def _table_lookups() -> str:
+    """The variant for the compile target, or ``ZIPCCL_TABLE_LOOKUPS`` (give such a run a
+    NUMBA_CACHE_DIR of its own: numba's cache key does not see this choice)."""
+    import os
+
+    vbmi = "+avx512vbmi" in _target_features().split(",")
+    forced = os.environ.get("ZIPCCL_TABLE_LOOKUPS")
+    if forced is None:
+        return "permute" if vbmi else "gather"
+    if forced not in ("permute", "gather"):
+        raise ValueError(f"ZIPCCL_TABLE_LOOKUPS={forced!r}: permute or gather")
+    if forced == "permute" and not vbmi:
+        raise ValueError("ZIPCCL_TABLE_LOOKUPS=permute needs a target with AVX-512 VBMI")
+    return forced
+
+
+TABLE_LOOKUPS = _table_lookups()
+PERMUTE = TABLE_LOOKUPS == "permute"
+
+
 def _declare(builder, name, ret, args):
     try:
         return builder.module.get_global(name)
@@ -117,6 +146,60 @@ def _gather(builder, base, idx, elem, scale):
     fn = _declare(builder, f"llvm.masked.gather.v{LANES}{'f64' if elem is _F64 else f'i{elem.width}'}.v{LANES}p0",
                   t, [ptr_t, _I32, _vec(_I1), t])
     return builder.call(fn, [gep, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
+
+
+def _gather_bytes(builder, base, idx):
+    """``base[idx]`` (bytes, zero-extended to i32 lanes) by a dword gather at byte addresses: reads
+    ``base[idx .. idx+3]``, which the caller keeps inside the table."""
+    ptr_t = ir.VectorType(_I8.as_pointer(), LANES)
+    gep = ir.instructions.GEPInstr(builder.block, base, [idx], False, "", source_etype=_I8)
+    gep.type = ptr_t
+    builder._insert(gep)
+    p32 = builder.bitcast(gep, ir.VectorType(_I32.as_pointer(), LANES))
+    fn = _declare(builder, f"llvm.masked.gather.v{LANES}i32.v{LANES}p0", _vec(_I32),
+                  [ir.VectorType(_I32.as_pointer(), LANES), _I32, _vec(_I1), _vec(_I32)])
+    got = builder.call(fn, [p32, ir.Constant(_I32, 1), _splat(_I1, 1), ir.Constant(_vec(_I32), None)])
+    return builder.and_(got, _splat(_I32, 0xFF))
+
+
+def _permute2(builder, kind, table, idx):
+    """``table[idx]`` per lane from a table of two registers (``vpermi2<kind>``: "qi" 128 bytes,
+    "d" 32 dwords, "pd" 16 doubles; ``table``: i8* to it; ``idx``: the intrinsic's index vector,
+    of which only the low 7/5/4 bits count)."""
+    elem, n = {"qi": (_I8, 64), "d": (_I32, 16), "pd": (_F64, 8)}[kind]
+    vt = ir.VectorType(elem, n)
+    it = ir.VectorType(ir.IntType(512 // n), n)
+    lo = builder.load(builder.bitcast(table, vt.as_pointer()), align=1)
+    hi = builder.load(builder.bitcast(builder.gep(table, [ir.Constant(_I64, 64)]), vt.as_pointer()), align=1)
+    fn = _declare(builder, f"llvm.x86.avx512.vpermi2var.{kind}.512", vt, [vt, it, vt])
+    return builder.call(fn, [lo, idx, hi])
+
+
+def _bytes_lookup(builder, table, idx8):
+    """``table[idx8 & 127]`` for 16 byte lanes (``table``: i8* to 128 bytes): vpermi2b."""
+    wide = builder.shuffle_vector(idx8, ir.Constant(_vec(_I8), None), _const_vec(_I32, list(range(LANES)) * 4))
+    return builder.shuffle_vector(_permute2(builder, "qi", table, wide), ir.Constant(ir.VectorType(_I8, 64), None),
+                                  _const_vec(_I32, range(LANES)))
+
+
+def _ranked_lookup(builder, rk, ftab, inv, s):
+    """(``ftab[rank]``, ``inv[rank]``) for symbols ``s`` (i32 lanes), rank = ``rk[s]``; ``rk``: 128 bytes,
+    ``ftab``: 32 u32, ``inv``: 32 f64 (i8* each).  Permutes on PERMUTE targets, else gathers."""
+    if not PERMUTE:
+        r = _gather_bytes(builder, rk, s)                      # rk has 128 bytes: symbols < 82
+        return _gather(builder, ftab, r, _I32, 4), _gather(builder, inv, r, _F64, 8)
+    r = builder.zext(_bytes_lookup(builder, rk, builder.trunc(s, _vec(_I8))), _vec(_I32))
+    fc = _permute2(builder, "d", ftab, r)
+    halves = []
+    for h in range(2):
+        r8 = builder.zext(builder.shuffle_vector(r, ir.Constant(_vec(_I32), None), _const_vec(_I32, range(8 * h, 8 * h + 8))),
+                          ir.VectorType(_I64, 8))
+        lo = _permute2(builder, "pd", inv, r8)                                  # ranks 0..15
+        hi = _permute2(builder, "pd", builder.gep(inv, [ir.Constant(_I64, 128)]), r8)   # ranks 16..31
+        upper = builder.icmp_unsigned("!=", builder.and_(r8, ir.Constant(ir.VectorType(_I64, 8), [ir.Constant(_I64, 16)] * 8)),
+                                      ir.Constant(ir.VectorType(_I64, 8), [ir.Constant(_I64, 0)] * 8))
+        halves.append(builder.select(upper, hi, lo))
+    return fc, builder.shuffle_vector(halves[0], halves[1], _const_vec(_I32, range(LANES)))
 
 
 def _popcount16(builder, mask):
@@ -406,58 +489,113 @@ def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n
 
     def codegen(context, builder, signature, args):
         wa, atv, sta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
-        st = signature.args
-        w = _load_words16(builder, context, st[0], wa, atv)
-        vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
-        one = _splat(_I32, 1)
-        e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
-        m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
-        key = builder.and_(builder.lshr(w, builder.sub(m_w, one)),
-                           builder.sub(builder.shl(_splat(_I32, 2), e_w), one))
-        s = _gather(builder, _data(context, builder, st[2], sta), key, _I32, 4)
-        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
-                      align=1)
-        sh = vec32(shiftv)
-        sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
-        low = builder.and_(w, builder.sub(builder.shl(one, builder.sub(m_w, one)), one))
-        res = builder.or_(builder.shl(sign, builder.sub(builder.sub(m_w, one), sh)), builder.lshr(low, sh))
-        ob = _data(context, builder, st[6], oa)
-        for b in range(3):
-            with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
-                off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
-                byte = builder.trunc(builder.lshr(res, _splat(_I32, 8 * b)), _vec(_I8))
-                builder.store(byte, _at(builder, ob, off, _vec(_I8)), align=1)
-        with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
-            rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
-            fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
-            fields = builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one))
-            # 8 fields of < 2^rem, one per byte of a u64: squeeze out the unused high bits of each byte,
-            # then of each 16-bit and each 32-bit half (SWAR), leaving 8*rem packed bits
-            two = ir.VectorType(_I64, 2)
-            w = builder.bitcast(builder.trunc(fields, _vec(_I8)), two)
-            sp = lambda v: _broadcast2(builder, v)  # noqa: E731
-            for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
-                lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
-                hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
-                gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
-                w = builder.or_(lo, builder.lshr(hi, sp(gap)))
-            w = builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
-                            builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
-                                        sp(builder.mul(remv, ir.Constant(_I64, 4)))))
-            g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
-                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
-            for g in range(2):
-                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
-                           builder.extract_element(w, ir.Constant(_I32, g)))
-        esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
-        return _popcount16(builder, esc)
+        tp = _data(context, builder, signature.args[2], sta)
+        return _prepare(context, builder, signature.args, args, lambda key: _gather(builder, tp, key, _I32, 4))
 
     return sig, codegen
+
+
+@intrinsic
+def encode_prepare16_window(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base):
+    """:func:`encode_prepare16` with the symbol table given as its window: ``symwin`` (128 u8) holds the
+    symbol of keys ``base .. base+79`` (``base = 2 * (ref - WINDOW_LOW)``: the window's fields), every
+    other key is ESC; read by a permute on PERMUTE targets."""
+    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
+
+    def codegen(context, builder, signature, args):
+        tp = _data(context, builder, signature.args[2], args[2])
+        basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
+
+        def lookup(key):
+            j = builder.sub(key, basev)
+            inside = builder.icmp_unsigned("<", j, _splat(_I32, 2 * WINDOW))
+            if PERMUTE:
+                s8 = _bytes_lookup(builder, tp, builder.trunc(j, _vec(_I8)))
+                return builder.select(inside, builder.zext(s8, _vec(_I32)), _splat(_I32, SYM_ESC))
+            got = _gather_bytes(builder, tp, builder.select(inside, j, _splat(_I32, 0)))   # j < 80 of 128 bytes
+            return builder.select(inside, got, _splat(_I32, SYM_ESC))
+
+        return _prepare(context, builder, signature.args, args[:11], lookup)
+
+    return sig, codegen
+
+
+def _prepare(context, builder, st, args, lookup):
+    """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``."""
+    wa, atv, _, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
+    w = _load_words16(builder, context, st[0], wa, atv)
+    vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
+    one = _splat(_I32, 1)
+    e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+    m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+    key = builder.and_(builder.lshr(w, builder.sub(m_w, one)),
+                       builder.sub(builder.shl(_splat(_I32, 2), e_w), one))
+    s = lookup(key)
+    builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
+                  align=1)
+    sh = vec32(shiftv)
+    sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
+    low = builder.and_(w, builder.sub(builder.shl(one, builder.sub(m_w, one)), one))
+    res = builder.or_(builder.shl(sign, builder.sub(builder.sub(m_w, one), sh)), builder.lshr(low, sh))
+    ob = _data(context, builder, st[6], oa)
+    for b in range(3):
+        with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
+            off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
+            byte = builder.trunc(builder.lshr(res, _splat(_I32, 8 * b)), _vec(_I8))
+            builder.store(byte, _at(builder, ob, off, _vec(_I8)), align=1)
+    with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
+        rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
+        fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
+        fields = builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one))
+        # 8 fields of < 2^rem, one per byte of a u64: squeeze out the unused high bits of each byte,
+        # then of each 16-bit and each 32-bit half (SWAR), leaving 8*rem packed bits
+        two = ir.VectorType(_I64, 2)
+        w = builder.bitcast(builder.trunc(fields, _vec(_I8)), two)
+        sp = lambda v: _broadcast2(builder, v)  # noqa: E731
+        for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
+            lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
+            hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
+            gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
+            w = builder.or_(lo, builder.lshr(hi, sp(gap)))
+        w = builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
+                        builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
+                                    sp(builder.mul(remv, ir.Constant(_I64, 4)))))
+        g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
+                         builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+        for g in range(2):
+            _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
+                       builder.extract_element(w, ir.Constant(_I32, g)))
+    esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+    return _popcount16(builder, esc)
 
 
 def _broadcast2(builder, scalar):
     v = builder.insert_element(ir.Constant(ir.VectorType(_I64, 2), None), scalar, ir.Constant(_I32, 0))
     return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
+
+
+def _encode_round(context, builder, st, xa, lane0v, sa, atv, wa, posv, lookup):
+    """rans_encode16's round; ``lookup(s)`` gives (``f | cum << 16``, 1/f) of symbols ``s`` (i32 lanes)."""
+    xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
+                         _vec(_I32).as_pointer())
+    xv = builder.load(xp, align=4)
+    s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
+                     _vec(_I32))
+    fc, inv = lookup(s)
+    f = builder.and_(fc, _splat(_I32, 0xFFFF))
+    cum = builder.lshr(fc, _splat(_I32, 16))
+    need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
+    cnt = _popcount16(builder, need)
+    pos = builder.sub(posv, cnt)
+    wb = _data(context, builder, st[wa[0]], wa[1])
+    _compress_words(builder, builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
+                                                                  _I16), need, cnt)
+    xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
+    qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
+    q = builder.fptoui(qf, _vec(_I32))
+    xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), builder.sub(xv, builder.mul(q, f))), cum)
+    builder.store(xn, xp, align=4)
+    return pos
 
 
 @intrinsic
@@ -477,27 +615,25 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
     def codegen(context, builder, signature, args):
         xa, lane0v, sa, atv, fa, ia, wa, posv = args
         st = signature.args
-        xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
-                             _vec(_I32).as_pointer())
-        xv = builder.load(xp, align=4)
-        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
-                         _vec(_I32))
-        fc = _gather(builder, _data(context, builder, st[4], fa), s, _I32, 4)
-        inv = _gather(builder, _data(context, builder, st[5], ia), s, _F64, 8)
-        f = builder.and_(fc, _splat(_I32, 0xFFFF))
-        cum = builder.lshr(fc, _splat(_I32, 16))
-        need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
-        cnt = _popcount16(builder, need)
-        pos = builder.sub(posv, cnt)
-        wb = _data(context, builder, st[6], wa)
-        _compress_words(builder, builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
-                                                                      _I16), need, cnt)
-        xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
-        qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
-        q = builder.fptoui(qf, _vec(_I32))
-        xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), builder.sub(xv, builder.mul(q, f))), cum)
-        builder.store(xn, xp, align=4)
-        return pos
+        fp, ip = _data(context, builder, st[4], fa), _data(context, builder, st[5], ia)
+        return _encode_round(context, builder, st, xa, lane0v, sa, atv, (6, wa), posv,
+                             lambda s: (_gather(builder, fp, s, _I32, 4), _gather(builder, ip, s, _F64, 8)))
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos):
+    """:func:`rans_encode16` with the symbol tables indexed by rank: ``ftab[rk[s]]``, ``inv[rk[s]]``
+    (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f64), read by permutes on PERMUTE targets."""
+    sig = types.int64(x, lane0, sym, at, rk, ftab, inv, wbuf, pos)
+
+    def codegen(context, builder, signature, args):
+        xa, lane0v, sa, atv, ra, fa, ia, wa, posv = args
+        st = signature.args
+        rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((4, ra), (5, fa), (6, ia)))
+        return _encode_round(context, builder, st, xa, lane0v, sa, atv, (7, wa), posv,
+                             lambda s: _ranked_lookup(builder, rp, fp, ip, s))
 
     return sig, codegen
 

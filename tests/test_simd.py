@@ -246,3 +246,93 @@ def test_stream_moves_compile_to_the_chosen_instructions():
     memory_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, [^%\s]*\(", asm)
     register_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, %[xyz]mm\d+", asm)
     assert (register_form and not memory_form) if want == "register" else (memory_form and not register_form), want
+
+
+def test_table_lookups_compile_to_the_chosen_instructions():
+    """The variant of the rounds' table lookups (codec._simd.TABLE_LOOKUPS) is the one the compile target
+    calls for (permutes with AVX-512 VBMI: a 16-lane gather costs about 14 cycles on AMD Zen 5), or the
+    one ZIPCCL_TABLE_LOOKUPS forces; the ranked encoder round and the windowed symbol lookup give the
+    scalar results, and their compiled code uses permutes or gathers accordingly."""
+    import os
+    import platform
+    import re
+
+    from numba import njit
+
+    from codec import _simd
+    from codec.codebook import SYM_ESC, SYM_WINDOW0, WINDOW
+
+    feats = _simd._target_features().split(",")
+    want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or ("permute" if "+avx512vbmi" in feats else "gather")
+    assert _simd.TABLE_LOOKUPS == want
+
+    @njit(cache=False)
+    def push(x, sym, rk, ftab, inv, wbuf):
+        return _simd.rans_encode16_ranked(x, 0, sym, 0, rk, ftab, inv, wbuf, 64)
+
+    @njit(cache=False)
+    def prepare(words, symwin, sym, out, base):
+        return _simd.encode_prepare16_window(words, 0, symwin, (8 << 8) | 7, 0, sym, out, 0, 16, 0, 7, base)
+
+    rng = np.random.default_rng(3)
+    # 16 symbols of 20 used ones; rank r has frequency 100 + 37 r, so every rank reads a distinct entry
+    used = np.sort(rng.choice(np.arange(82), 20, replace=False))
+    sym = rng.choice(used, 16).astype(np.uint8)
+    rk = np.zeros(128, np.uint8)
+    rk[used] = np.arange(20)
+    freq = 100 + 37 * np.arange(32)
+    cum = np.cumsum(np.r_[0, freq[:-1]])
+    ftab = (freq | cum << 16).astype(np.uint32)
+    inv = 1.0 / freq
+    x = rng.integers(1 << 16, 1 << 31, 16).astype(np.uint32)
+    wbuf = np.zeros(64, np.uint16)
+    xs = x.copy()
+    pos = push(xs, sym, rk, ftab, inv, wbuf)
+    want_x, want_words = [], []
+    for lane in range(15, -1, -1):                         # the scalar round of rans_encode16
+        r = rk[sym[lane]]
+        xl, f = int(x[lane]), int(freq[r])
+        if xl >= f << 20:
+            want_words.append(xl & 0xFFFF)
+            xl >>= 16
+        want_x.append((xl // f << 12) + xl % f + int(cum[r]))
+    assert np.array_equal(xs, np.array(want_x[::-1], np.uint32))
+    assert pos == 64 - len(want_words) and np.array_equal(wbuf[pos:], np.array(want_words[::-1], np.uint16))
+    # bf16 words whose keys (exponent << 1 | leading bit) fall inside, below and above the window
+    base = 2 * 100
+    keys = np.r_[base + rng.integers(0, 2 * WINDOW, 12), base - 1, base + 2 * WINDOW, 0, 511]
+    symwin = np.full(128, SYM_ESC, np.uint8)
+    symwin[:2 * WINDOW] = np.where(rng.random(2 * WINDOW) < 0.8, SYM_WINDOW0 + np.arange(2 * WINDOW), SYM_ESC)
+    words = (keys << 6 | rng.integers(0, 64, 16)).astype(np.uint16)
+    got = np.zeros(16, np.uint8)
+    n_esc = prepare(words, symwin, got, np.zeros(64, np.uint8), base)
+    inside = (keys >= base) & (keys < base + 2 * WINDOW)
+    expect = np.where(inside, symwin[np.clip(keys - base, 0, 127)], SYM_ESC)
+    assert np.array_equal(got, expect) and n_esc == (expect == SYM_ESC).sum()
+    if platform.machine() not in ("x86_64", "AMD64") or "+avx512f" not in feats:
+        return
+    for fn in (push, prepare):
+        asm = next(iter(fn.inspect_asm().values()))
+        permutes = re.search(r"vperm[it]2[bd]\s", asm)
+        gathers = re.search(r"vp?gather", asm)
+        assert (permutes and not gathers) if want == "permute" else (gathers and not permutes), (fn, want)
+
+
+def test_chunks_with_more_symbols_than_ranks_match_reference():
+    """A chunk whose tables use more than RANKED_SYMBOLS symbols is coded by the gather round (the
+    permute variant falls back per chunk): same bytes as the reference, beside chunks that do not."""
+    from codec import _simd
+    from codec import format as F
+    from codec.codebook import chunk_tables
+
+    rng = np.random.default_rng(5)
+    n = 1 << 16
+    wide = rng.choice([-1.0, 1.0], n) * 2.0 ** rng.uniform(-10, 0, n)      # exponents spread over 10 octaves
+    x = np.r_[wide, rng.normal(0, 0.02, n)].astype(np.float32)
+    blob = codec.encode(x, chunk_size=n, backend="numba")
+    assert blob == codec.encode(x, chunk_size=n, backend="reference")
+    h = F.parse_header(blob)
+    used = [int((chunk_tables(c.codebook, c.ref, 8, True)[0] > 0).sum())
+            for c in (F.parse_chunk_head(h, blob, i) for i in range(2))]
+    assert used[0] > _simd.RANKED_SYMBOLS >= used[1], used
+    assert_bit_equal(codec.decode(blob, backend="numba"), x)
