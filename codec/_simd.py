@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, WINDOW, WINDOW_LOW
+from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, TOTAL, WINDOW, WINDOW_LOW
 from .format import RANS_L
 
 LANES = 16
@@ -236,11 +236,12 @@ def _compress_words(builder, words, ptr, mask, count):
     builder.call(compress, [words, ptr, mask])
 
 
-def _decode_step(builder, xp, tp, bp, wp):
+def _decode_step(builder, xp, lookup, bp, wp):
     """One rANS decode step of 16 lanes (states at ``xp``, updated): returns (symbols (i32), new wp).
-    Table entry: ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19`` (7 + 12 + 13 bits)."""
+    ``lookup(slot)``: the slot table's entries ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19``
+    (7 + 12 + 13 bits) of 16 slots."""
     xv = builder.load(builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
-    ent = _gather(builder, tp, builder.and_(xv, _splat(_I32, (1 << PROB_BITS) - 1)), _I32, 4)
+    ent = lookup(builder.and_(xv, _splat(_I32, (1 << PROB_BITS) - 1)))
     freq = builder.lshr(ent, _splat(_I32, 19))
     bias = builder.and_(builder.lshr(ent, _splat(_I32, 7)), _splat(_I32, 0xFFF))
     xn = builder.add(builder.mul(freq, builder.lshr(xv, _splat(_I32, PROB_BITS))), bias)
@@ -252,8 +253,66 @@ def _decode_step(builder, xp, tp, bp, wp):
     return builder.and_(ent, _splat(_I32, 0x7F)), wp
 
 
+# A ranked slot table (codec._numba._ranked_slots), 128 u32: the slot table's entry of each used symbol
+# by rank less its slot term (``entry = RANK_ENTRY[rank] + (slot << 7)``), the next two ranks' first
+# slots (``RANK_NEXT[rank] = cum[rank+1] | cum[rank+2] << 16``, 0xFFFF past the last rank), and two byte
+# tables: RANK_BUCKET[slot >> 5] = the rank owning the bucket's first slot, when at most two ranks start
+# inside the bucket, else 0x80 | f << 5 with f < 4 a row of RANK_FINE, which holds the rank of each of
+# that bucket's 32 slots.
+RANK_ENTRY, RANK_NEXT, RANK_BUCKET, RANK_FINE = 0, 32, 64, 96       # offsets in u32
+RANK_FINE_ROWS = 4
+RANKED_AT = TOTAL + LANES       # where the ranked table starts in a decoder's row of tables (u32)
+RANKED_LEN = 128 + 4            # u32; + 4: the gather variant reads a byte table's last entry as a u32
+
+
+def _ranked_entries(builder, tp, slot):
+    """Slot-table entries of 16 slots from a ranked table (i8* ``tp``): two byte permutes give each
+    slot's bucket rank (or, in a crowded bucket, its exact rank), two compares with the next ranks'
+    first slots finish it, a dword permute reads the entry.  Gathers where there are no permutes."""
+    at = lambda off: builder.gep(tp, [ir.Constant(_I64, 4 * off)])   # noqa: E731
+    if PERMUTE:
+        l1 = _bytes_lookup(builder, at(RANK_BUCKET), builder.trunc(builder.lshr(slot, _splat(_I32, 5)), _vec(_I8)))
+        fine = builder.or_(l1, builder.and_(builder.trunc(slot, _vec(_I8)), _splat(_I8, 31)))
+        exact = _bytes_lookup(builder, at(RANK_FINE), fine)
+        crowded = builder.icmp_signed("<", l1, _splat(_I8, 0))
+        r = builder.zext(builder.select(crowded, exact, l1), _vec(_I32))
+        nxt = _permute2(builder, "d", at(RANK_NEXT), r)
+    else:
+        l1 = _gather_bytes(builder, at(RANK_BUCKET), builder.lshr(slot, _splat(_I32, 5)))
+        fine = builder.or_(builder.and_(l1, _splat(_I32, 0x60)), builder.and_(slot, _splat(_I32, 31)))
+        exact = _gather_bytes(builder, at(RANK_FINE), fine)
+        r = builder.select(builder.icmp_unsigned(">=", l1, _splat(_I32, 0x80)), exact, l1)
+        nxt = _gather(builder, at(RANK_NEXT), r, _I32, 4)
+    for half in (builder.and_(nxt, _splat(_I32, 0xFFFF)), builder.lshr(nxt, _splat(_I32, 16))):
+        r = builder.sub(r, builder.sext(builder.icmp_unsigned(">=", slot, half), _vec(_I32)))
+    ent = _permute2(builder, "d", at(RANK_ENTRY), r) if PERMUTE else _gather(builder, at(RANK_ENTRY), r, _I32, 4)
+    return builder.add(ent, builder.shl(slot, _splat(_I32, 7)))
+
+
+def _slot_lookup(context, builder, aryty, tab, ranked):
+    """``lookup(slot)`` for _decode_step from a row ``tab`` of a decoder's tables: the slot table, or
+    where ``ranked`` (an i64, not 0) the ranked table at RANKED_AT after it."""
+    tp = _data(context, builder, aryty, tab)
+    is_ranked = builder.icmp_unsigned("!=", ranked, ir.Constant(_I64, 0))
+
+    def lookup(slot):
+        with builder.if_else(is_ranked, likely=True) as (then, otherwise):
+            with then:
+                by_rank = _ranked_entries(builder, builder.gep(tp, [ir.Constant(_I64, 4 * RANKED_AT)]), slot)
+                b_rank = builder.block
+            with otherwise:
+                by_slot = _gather(builder, tp, slot, _I32, 4)
+                b_slot = builder.block
+        ent = builder.phi(_vec(_I32))
+        ent.add_incoming(by_rank, b_rank)
+        ent.add_incoming(by_slot, b_slot)
+        return ent
+
+    return lookup
+
+
 @intrinsic
-def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at):
+def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at, ranked):
     """Decode 16 lanes' next symbols; returns the new stream offset.  Scalar equivalent::
 
         for lane in range(lane0, lane0 + 16):
@@ -262,13 +321,15 @@ def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at):
             sym[at + lane - lane0] = e & 0x7F
             if x[lane] < 2**16:                          # refill from the shared stream
                 x[lane] = x[lane] << 16 | u16(buf, wp); wp += 2
+
+    ``e`` read from the ranked table after the slot table instead where ``ranked`` (see RANK_ENTRY).
     """
-    sig = types.int64(x, lane0, tab, buf, wp, sym, at)
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, ranked)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, ta, ba, wpv, sa, atv = args
+        xa, lane0v, ta, ba, wpv, sa, atv, rv = args
         xp = builder.gep(_data(context, builder, signature.args[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
-        s, wpn = _decode_step(builder, xp, _data(context, builder, signature.args[2], ta),
+        s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, signature.args[2], ta, rv),
                               _data(context, builder, signature.args[3], ba), wpv)
         builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, signature.args[5], sa),
                                                        atv, _vec(_I8)), align=1)
@@ -278,7 +339,8 @@ def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at):
 
 
 @intrinsic
-def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out):
+def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out,
+                         ranked):
     """:func:`rans_decode16`, then the 16 values ``out[at:at+16]`` of a dense chunk (value i =
     residual i: no ZERO symbol, no zero block).
 
@@ -291,16 +353,17 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
 
         t = sym - WINDOW0 + 2 * (ref - WINDOW_LOW)          # field e = t >> 1, leading bit t & 1
         (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift
-    ``full``, ``rem``, ``shift`` and ``em`` may be literals: the kernel is then specialised.
+    ``full``, ``rem``, ``shift`` and ``em`` may be literals: the kernel is then specialised.  ``ranked``:
+    as for :func:`rans_decode16`.
     """
-    sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out)
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out, ranked)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa = args
+        xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, rv = args
         st = signature.args
         bp = _data(context, builder, st[3], ba)
         xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
-        s, wpn = _decode_step(builder, xp, _data(context, builder, st[2], ta), bp, wpv)
+        s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, st[2], ta, rv), bp, wpv)
         res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv, _literal(st[9]), _literal(st[10]))
         t = _window_t(builder, s, refv)
         # a window symbol's field is inside the exponent range: the slot table only holds symbols of

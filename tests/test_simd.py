@@ -318,9 +318,11 @@ def test_table_lookups_compile_to_the_chosen_instructions():
         assert (permutes and not gathers) if want == "permute" else (gathers and not permutes), (fn, want)
 
 
-def test_chunks_with_more_symbols_than_ranks_match_reference():
-    """A chunk whose tables use more than RANKED_SYMBOLS symbols is coded by the gather round (the
-    permute variant falls back per chunk): same bytes as the reference, beside chunks that do not."""
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_chunks_with_more_symbols_than_ranks_match_reference(dtype):
+    """A chunk whose tables use more than RANKED_SYMBOLS symbols is coded and decoded by the gather
+    rounds (the permute variants fall back per chunk): same bytes as the reference, beside chunks
+    that do not."""
     from codec import _simd
     from codec import format as F
     from codec.codebook import chunk_tables
@@ -328,7 +330,7 @@ def test_chunks_with_more_symbols_than_ranks_match_reference():
     rng = np.random.default_rng(5)
     n = 1 << 16
     wide = rng.choice([-1.0, 1.0], n) * 2.0 ** rng.uniform(-10, 0, n)      # exponents spread over 10 octaves
-    x = np.r_[wide, rng.normal(0, 0.02, n)].astype(np.float32)
+    x = np.r_[wide, rng.normal(0, 0.02, n)].astype(np_dtype(dtype))
     blob = codec.encode(x, chunk_size=n, backend="numba")
     assert blob == codec.encode(x, chunk_size=n, backend="reference")
     h = F.parse_header(blob)
@@ -336,3 +338,83 @@ def test_chunks_with_more_symbols_than_ranks_match_reference():
             for c in (F.parse_chunk_head(h, blob, i) for i in range(2))]
     assert used[0] > _simd.RANKED_SYMBOLS >= used[1], used
     assert_bit_equal(codec.decode(blob, backend="numba"), x)
+
+
+def _slot_entries(f, cum):
+    """The decoder's slot table (codec._numba._open_chunk), in NumPy: slot -> sym | bias << 7 | freq << 19."""
+    sym = np.repeat(np.arange(len(f)), f)
+    slot = np.arange(len(sym))
+    return (sym | (slot - cum[sym]) << 7 | f[sym] << 19).astype(np.uint32)
+
+
+def _ranked_entries(rt, slot):
+    """codec._simd._ranked_entries in NumPy: the entries a ranked table gives for ``slot``."""
+    from codec import _simd
+
+    tb = rt.view(np.uint8)
+    l1 = tb[4 * _simd.RANK_BUCKET + (slot >> 5)].astype(np.int64)
+    exact = tb[4 * _simd.RANK_FINE + ((l1 & 0x7F) | (slot & 31))]
+    r = np.where(l1 >= 0x80, exact, l1)
+    nxt = rt[_simd.RANK_NEXT + r].astype(np.int64)
+    r = r + (slot >= (nxt & 0xFFFF)) + (slot >= (nxt >> 16))
+    return (rt[_simd.RANK_ENTRY + r].astype(np.int64) + (slot << 7)) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("exp_bits,has_inf", [(8, True), (5, True), (4, False)])
+def test_ranked_tables_give_the_slot_table_entries(exp_bits, has_inf):
+    """The ranked table (bucket ranks, crowded buckets' fine rows, the next ranks' first slots) gives
+    the slot table's entry for every slot, for every codebook of the family at references across the
+    exponent range, or is refused (more used symbols than RANKED_SYMBOLS, or too many crowded buckets)."""
+    from codec import _numba, _simd, codebook as cbk
+
+    freqs = np.ascontiguousarray(cbk.load_family().freqs, dtype=np.int64)
+    f = np.empty(cbk.N_SYMBOLS, np.int64)
+    cum = np.empty(cbk.N_SYMBOLS + 1, np.int64)
+    slot = np.arange(cbk.TOTAL)
+    taken = refused = 0
+    for cb in range(0, len(freqs), 5):
+        for ref in range(-40, (1 << exp_bits) + 40, 9):
+            _numba._tables(freqs, cb, ref, exp_bits, has_inf, f, cum)
+            rt = np.zeros(_simd.RANKED_LEN, np.uint32)
+            if not _numba._ranked_slots(f, cum, rt):
+                refused += 1
+                continue
+            taken += 1
+            assert np.array_equal(_ranked_entries(rt, slot), _slot_entries(f, cum)), (cb, ref)
+    assert taken > refused, (taken, refused)
+
+
+def test_ranked_decode_round_matches_the_slot_table_round():
+    """rans_decode16 reading a ranked table (permutes on PERMUTE targets, gathers elsewhere) decodes
+    the same symbols, states and stream offset as from the slot table, for states over every slot."""
+    from numba import njit
+
+    from codec import _numba, _simd, codebook as cbk
+
+    @njit(cache=False)
+    def rounds(x, tab, buf, sym, ranked):
+        wp = 0
+        for at in range(0, len(sym), 16):
+            wp = _simd.rans_decode16(x, 0, tab, buf, wp, sym, at, ranked)
+        return wp
+
+    freqs = np.ascontiguousarray(cbk.load_family().freqs, dtype=np.int64)
+    f = np.empty(cbk.N_SYMBOLS, np.int64)
+    cum = np.empty(cbk.N_SYMBOLS + 1, np.int64)
+    rng = np.random.default_rng(11)
+    checked = 0
+    for cb in rng.choice(len(freqs), 40, replace=False):
+        _numba._tables(freqs, cb, 120, 8, True, f, cum)
+        tab = np.zeros(_simd.RANKED_AT + _simd.RANKED_LEN, np.uint32)
+        tab[:cbk.TOTAL] = _slot_entries(f, cum)
+        if not _numba._ranked_slots(f, cum, tab[_simd.RANKED_AT:]):
+            continue
+        checked += 1
+        x0 = (rng.permutation(cbk.TOTAL)[:16] | rng.integers(1, 1 << 19, 16) << 12).astype(np.uint32)
+        buf = rng.integers(0, 256, 16 * 64 * 2 + 64).astype(np.uint8)
+        got = [x0.copy(), np.zeros(16 * 64, np.uint8)]
+        want = [x0.copy(), np.zeros(16 * 64, np.uint8)]
+        wp_got = rounds(got[0], tab, buf, got[1], 1)
+        wp_want = rounds(want[0], tab, buf, want[1], 0)
+        assert wp_got == wp_want and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), cb
+    assert checked >= 20, checked
