@@ -63,57 +63,40 @@ def _target_features() -> str:
     return ll.get_host_cpu_features().flatten()
 
 
+def _variant(env: str, fast: str, other: str, feature: str, isa: str) -> str:
+    """A kernel variant: ``fast`` where the compile target has ``feature``, else ``other``; or the one
+    the environment variable ``env`` forces (tests and benchmarks: give that run a NUMBA_CACHE_DIR of
+    its own, since numba's cache key does not see this choice)."""
+    import os
+
+    has = feature in _target_features().split(",")
+    forced = os.environ.get(env)
+    if forced is None:
+        return fast if has else other
+    if forced not in (fast, other):
+        raise ValueError(f"{env}={forced!r}: {fast} or {other}")
+    if forced == fast and not has:
+        raise ValueError(f"{env}={fast} needs a target with {isa}")
+    return forced
+
+
 # How the encoder's round stores the flushed words to the shared stream.  "memory": the masked
 # compress-store intrinsic (vpcompressw with a memory operand on AVX-512, a scalar sequence elsewhere).
 # "register" (AVX-512 VBMI2 targets): the register form of vpcompressw, then a masked store of the
 # first popcount lanes -- vpcompressw to memory is microcoded on AMD Zen 4 (measured: the encoder at
 # 0.6x).  The same bytes either way; tests/isa.sh compiles both on such a host.
-def _stream_moves() -> str:
-    """The variant for the compile target, or ``ZIPCCL_STREAM_MOVES`` (tests and benchmarks: give that
-    run a NUMBA_CACHE_DIR of its own, since numba's cache key does not see this choice)."""
-    import os
-
-    vbmi2 = "+avx512vbmi2" in _target_features().split(",")
-    forced = os.environ.get("ZIPCCL_STREAM_MOVES")
-    if forced is None:
-        return "register" if vbmi2 else "memory"
-    if forced not in ("register", "memory"):
-        raise ValueError(f"ZIPCCL_STREAM_MOVES={forced!r}: register or memory")
-    if forced == "register" and not vbmi2:
-        raise ValueError("ZIPCCL_STREAM_MOVES=register needs a target with AVX-512 VBMI2")
-    return forced
-
-
-STREAM_MOVES = _stream_moves()
-
+STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", "register", "memory", "+avx512vbmi2", "AVX-512 VBMI2")
 
 # How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
-# reciprocal).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there is no gather).  "permute"
-# (AVX-512 VBMI targets): the tables are held in registers and read with vpermi2b/vpermi2d/vpermi2pd
-# -- on AMD Zen 5 a 16-lane vpgatherdd costs 14 cycles of throughput, the permutes about 1 each
-# (measured: bench/results/lookups_*.md).  The symbol tables are then indexed by rank among the
-# chunk's used symbols, so a chunk with more than RANKED_SYMBOLS of them takes the gather path.
-RANKED_SYMBOLS = 32
-
-
-def _table_lookups() -> str:
-    """The variant for the compile target, or ``ZIPCCL_TABLE_LOOKUPS`` (give such a run a
-    NUMBA_CACHE_DIR of its own: numba's cache key does not see this choice)."""
-    import os
-
-    vbmi = "+avx512vbmi" in _target_features().split(",")
-    forced = os.environ.get("ZIPCCL_TABLE_LOOKUPS")
-    if forced is None:
-        return "permute" if vbmi else "gather"
-    if forced not in ("permute", "gather"):
-        raise ValueError(f"ZIPCCL_TABLE_LOOKUPS={forced!r}: permute or gather")
-    if forced == "permute" and not vbmi:
-        raise ValueError("ZIPCCL_TABLE_LOOKUPS=permute needs a target with AVX-512 VBMI")
-    return forced
-
-
-TABLE_LOOKUPS = _table_lookups()
+# reciprocal, the decoder's slot table).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there
+# is no gather).  "permute" (AVX-512 VBMI targets): the tables are held in registers and read with
+# vpermi2b/vpermi2d/vpermi2pd -- on AMD Zen 5 a 16-lane vpgatherdd costs 14 cycles of throughput, a
+# permute about 1 (measured: bench/results/lookups_*.md, ``python -m bench.variants``).  The symbol
+# tables are then indexed by rank among the chunk's used symbols, so a chunk with more than
+# RANKED_SYMBOLS of them takes the gathers.  The same bytes either way; tests/isa.sh runs both.
+TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", "permute", "gather", "+avx512vbmi", "AVX-512 VBMI")
 PERMUTE = TABLE_LOOKUPS == "permute"
+RANKED_SYMBOLS = 32
 
 
 def _declare(builder, name, ret, args):

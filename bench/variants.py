@@ -1,6 +1,9 @@
-"""The numba encoder's two stream-move variants (codec._simd.STREAM_MOVES) side by side on this CPU.
+"""The numba kernels' variants side by side on this CPU: how the rounds read their small tables
+(codec._simd.TABLE_LOOKUPS: permutes or gathers) or move stream words (codec._simd.STREAM_MOVES:
+register or memory forms of vpcompressw).
 
-    python -m bench.stream_moves [--rounds 3]      # needs an AVX-512 VBMI2 CPU for the register form
+    python -m bench.variants --knob lookups [--rounds 3]    # permutes need AVX-512 VBMI
+    python -m bench.variants --knob moves                   # the register form needs AVX-512 VBMI2
 
 Each variant runs in a fresh process with a numba cache of its own (the choice is made when the kernels
 compile), the two alternating ``--rounds`` times, so that a shared machine's drift hits both; each
@@ -25,7 +28,7 @@ import codec
 from codec import _simd
 codec.set_num_threads(1)
 rng = np.random.default_rng(0)
-res = {"variant": _simd.STREAM_MOVES}
+res = {"variant": (_simd.STREAM_MOVES, _simd.TABLE_LOOKUPS)}
 for dt in (ml_dtypes.bfloat16, np.float16, np.float32):
     x = rng.normal(0, 0.02, 8 << 20).astype(dt)
     blob = codec.encode(x)
@@ -42,21 +45,28 @@ print(json.dumps(res))
 '''
 
 
+KNOBS = {"lookups": ("ZIPCCL_TABLE_LOOKUPS", ("permute", "gather")),
+         "moves": ("ZIPCCL_STREAM_MOVES", ("register", "memory"))}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--knob", choices=sorted(KNOBS), default="lookups")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     from bench.speed import _cpu_model
 
-    results = {"register": [], "memory": []}
+    var, values = KNOBS[args.knob]
+    results = {v: [] for v in values}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
             for variant in results:
-                env = dict(os.environ, ZIPCCL_STREAM_MOVES=variant, NUMBA_CACHE_DIR=os.path.join(tmp, variant))
+                env = dict(os.environ, NUMBA_CACHE_DIR=os.path.join(tmp, variant))
+                env[var] = variant
                 out = subprocess.run([sys.executable, "-W", "ignore", "-c", _RUN], env=env, capture_output=True,
                                      text=True, check=True)
                 results[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"CPU: {_cpu_model()}; MB/s, single thread, encode / decode(out=buf); {args.rounds} rounds, alternating\n")
+    print(f"{var}; CPU: {_cpu_model()}; MB/s, single thread, encode / decode(out=buf); {args.rounds} rounds, alternating\n")
     print("| variant | dtype | encode per round | decode per round | encode median | decode median |")
     print("|---|---|---|---|---|---|")
     for variant, runs in results.items():
