@@ -51,32 +51,47 @@ def _broadcast(builder, t, scalar):
     return builder.shuffle_vector(v, ir.Constant(_vec(t), None), _splat(_I32, 0))
 
 
+# The features that choose a kernel variant, of the CPUs tests/isa.sh and the benchmarks name in
+# NUMBA_CPU_NAME with NUMBA_CPU_FEATURES="" (LLVM then takes the named CPU's features, which llvmlite
+# cannot list).  Another name gets the variants that need nothing (correct on any CPU).
+_NAMED_FEATURES = {
+    "x86-64": "+sse2",
+    "haswell": "+sse2,+ssse3,+avx,+avx2",
+    "skylake-avx512": "+sse2,+ssse3,+avx,+avx2,+avx512f,+avx512bw",
+    "icelake-server": "+sse2,+ssse3,+avx,+avx2,+avx512f,+avx512bw,+avx512vbmi,+avx512vbmi2",
+    "znver4": "+sse2,+ssse3,+avx,+avx2,+avx512f,+avx512bw,+avx512vbmi,+avx512vbmi2",
+}
+
+
 def _target_features() -> str:
     """The CPU features numba compiles the kernels for: ``NUMBA_CPU_FEATURES`` when set (tests/isa.sh sets
-    it, with ``NUMBA_CPU_NAME``, to compile for another CPU), else the host's."""
+    it, with ``NUMBA_CPU_NAME``, to compile for another CPU; empty: the named CPU's, as far as
+    _NAMED_FEATURES knows them), else the host's."""
     from numba.core import config
 
     if config.CPU_FEATURES is not None:
+        if config.CPU_FEATURES == "" and config.CPU_NAME:
+            return _NAMED_FEATURES.get(config.CPU_NAME, "")
         return config.CPU_FEATURES
     import llvmlite.binding as ll
 
     return ll.get_host_cpu_features().flatten()
 
 
-def _variant(env: str, fast: str, other: str, feature: str, isa: str) -> str:
-    """A kernel variant: ``fast`` where the compile target has ``feature``, else ``other``; or the one
-    the environment variable ``env`` forces (tests and benchmarks: give that run a NUMBA_CACHE_DIR of
-    its own, since numba's cache key does not see this choice)."""
+def _variant(env: str, options) -> str:
+    """A kernel variant: the first of ``options`` ((name, CPU feature it needs or None), ...) whose
+    feature the compile target has; or the one the environment variable ``env`` forces (tests and
+    benchmarks: give that run a NUMBA_CACHE_DIR of its own, since numba's cache key does not see
+    this choice)."""
     import os
 
-    has = feature in _target_features().split(",")
+    feats = _target_features().split(",")
+    usable = [name for name, need in options if need is None or need in feats]
     forced = os.environ.get(env)
     if forced is None:
-        return fast if has else other
-    if forced not in (fast, other):
-        raise ValueError(f"{env}={forced!r}: {fast} or {other}")
-    if forced == fast and not has:
-        raise ValueError(f"{env}={fast} needs a target with {isa}")
+        return usable[0]
+    if forced not in usable:
+        raise ValueError(f"{env}={forced!r}: this compile target takes one of {', '.join(usable)}")
     return forced
 
 
@@ -85,7 +100,11 @@ def _variant(env: str, fast: str, other: str, feature: str, isa: str) -> str:
 # "register" (AVX-512 VBMI2 targets): the register form of vpcompressw, then a masked store of the
 # first popcount lanes -- vpcompressw to memory is microcoded on AMD Zen 4 (measured: the encoder at
 # 0.6x).  The same bytes either way; tests/isa.sh compiles both on such a host.
-STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", "register", "memory", "+avx512vbmi2", "AVX-512 VBMI2")
+# "shuffle" (targets with SSSE3 but without VBMI2, e.g. AVX2 or Skylake-X AVX-512): there is no 16-bit
+# expand/compress, and LLVM's lowering of the generic intrinsics is a branch per lane (measured: an
+# AVX2 build decoding at 0.36x ZipNN); each 8-word half is moved by pshufb with a control from a
+# 256-entry table instead.
+STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", (("register", "+avx512vbmi2"), ("shuffle", "+ssse3"), ("memory", None)))
 
 # How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
 # reciprocal, the decoder's slot table).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there
@@ -94,7 +113,7 @@ STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", "register", "memory", "+avx512vbm
 # permute about 1 (measured: bench/results/lookups_*.md, ``python -m bench.variants``).  The symbol
 # tables are then indexed by rank among the chunk's used symbols, so a chunk with more than
 # RANKED_SYMBOLS of them takes the gathers.  The same bytes either way; tests/isa.sh runs both.
-TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", "permute", "gather", "+avx512vbmi", "AVX-512 VBMI")
+TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", (("permute", "+avx512vbmi"), ("gather", None)))
 PERMUTE = TABLE_LOOKUPS == "permute"
 RANKED_SYMBOLS = 32
 
@@ -194,10 +213,83 @@ def _prefix_mask(builder, count):
     return builder.icmp_unsigned("<", _const_vec(_I32, range(LANES)), _broadcast(builder, _I32, builder.trunc(count, _I32)))
 
 
-def _expand_words(builder, ptr, mask):
+def _byte_table(builder, name, rows):
+    """A module-level constant table of 256 16-byte rows (pshufb controls), by name."""
+    try:
+        return builder.module.get_global(name)
+    except KeyError:
+        pass
+    row_t = ir.ArrayType(_I8, 16)
+    t = ir.ArrayType(row_t, 256)
+    g = ir.GlobalVariable(builder.module, t, name=name)
+    g.initializer = ir.Constant(t, [ir.Constant(row_t, [ir.Constant(_I8, b) for b in row]) for row in rows])
+    g.global_constant = True
+    g.linkage = "internal"
+    g.align = 16
+    return g
+
+
+def _expand_controls():
+    """pshufb controls placing the first popcount(m) words of 16 bytes in the set lanes of ``m`` (8 lanes)."""
+    rows = []
+    for m in range(256):
+        row, k = [], 0
+        for j in range(8):
+            if m >> j & 1:
+                row += [2 * k, 2 * k + 1]
+                k += 1
+            else:
+                row += [0x80, 0x80]
+        rows.append(row)
+    return rows
+
+
+def _compress_controls():
+    """pshufb controls moving the set lanes of ``m`` (8 words), in lane order, to the top lanes."""
+    rows = []
+    for m in range(256):
+        sel = [j for j in range(8) if m >> j & 1]
+        row = [0x80] * (16 - 2 * len(sel))
+        for j in sel:
+            row += [2 * j, 2 * j + 1]
+        rows.append(row)
+    return rows
+
+
+def _pshufb(builder, v, ctl):
+    fn = _declare(builder, "llvm.x86.ssse3.pshuf.b.128", ir.VectorType(_I8, 16), [ir.VectorType(_I8, 16)] * 2)
+    return builder.call(fn, [v, ctl])
+
+
+def _control(builder, name, rows, m8):
+    g = _byte_table(builder, name, rows)
+    p = builder.gep(g, [ir.Constant(_I64, 0), m8])
+    return builder.load(builder.bitcast(p, ir.VectorType(_I8, 16).as_pointer()), align=16)
+
+
+def _mask_bytes(builder, mask):
+    """(low 8 lanes, high 8 lanes) of a 16-lane mask as i64 bytes."""
+    m = builder.zext(builder.bitcast(mask, _I16), _I64)
+    return builder.and_(m, ir.Constant(_I64, 0xFF)), builder.lshr(m, ir.Constant(_I64, 8))
+
+
+def _expand_words(builder, ptr, mask, exact=False):
     """The next ``popcount(mask)`` u16 words at ``ptr`` placed in the ``mask`` lanes, in lane order
-    (zero elsewhere); nothing past them is read.  One masked expand-load in either variant: measured on
-    Zen 4, a masked load and the register form of vpexpandw decode no faster than the memory form."""
+    (zero elsewhere).  ``exact``: nothing past them is read; else, with "shuffle" stream moves, up to
+    16 words from ``ptr`` are read (the caller keeps them inside the buffer).  One masked expand-load
+    in the other variants: measured on Zen 4, a masked load and the register form of vpexpandw decode
+    no faster than the memory form."""
+    if STREAM_MOVES == "shuffle" and not exact:
+        v16 = ir.VectorType(_I8, 16)
+        lo8, hi8 = _mask_bytes(builder, mask)
+        bp = builder.bitcast(ptr, _I8.as_pointer())
+        lo = _pshufb(builder, builder.load(builder.bitcast(bp, v16.as_pointer()), align=1),
+                     _control(builder, "zipccl_expand16", _expand_controls(), lo8))
+        n_lo = builder.shl(builder.ctpop(lo8), ir.Constant(_I64, 1))
+        hi = _pshufb(builder, builder.load(builder.bitcast(builder.gep(bp, [n_lo]), v16.as_pointer()), align=1),
+                     _control(builder, "zipccl_expand16", _expand_controls(), hi8))
+        both = builder.shuffle_vector(lo, hi, _const_vec(_I32, range(32)))
+        return builder.bitcast(both, _vec(_I16))
     expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
                       [_I16.as_pointer(), _vec(_I1), _vec(_I16)])
     return builder.call(expand, [ptr, mask, ir.Constant(_vec(_I16), None)])
@@ -205,7 +297,8 @@ def _expand_words(builder, ptr, mask):
 
 def _compress_words(builder, words, ptr, mask, count):
     """The ``mask`` lanes of ``words`` (u16), in lane order, to ``ptr`` (``count`` = popcount(mask));
-    nothing past them is written."""
+    nothing past them is written.  With "shuffle" stream moves up to 8 words below ``ptr`` are
+    overwritten too (the encoder's rounds store downwards: later rounds write there)."""
     if STREAM_MOVES == "register":
         compress = _declare(builder, f"llvm.x86.avx512.mask.compress.v{LANES}i16", _vec(_I16),
                             [_vec(_I16), _vec(_I16), _vec(_I1)])
@@ -213,6 +306,22 @@ def _compress_words(builder, words, ptr, mask, count):
         store = _declare(builder, f"llvm.masked.store.v{LANES}i16.p0", ir.VoidType(),
                          [_vec(_I16), _I16.as_pointer(), _I32, _vec(_I1)])
         builder.call(store, [packed, ptr, ir.Constant(_I32, 2), _prefix_mask(builder, count)])
+        return
+    if STREAM_MOVES == "shuffle":
+        # each half's words moved to its top lanes, stored to end at its place: the high half's words
+        # end at ptr + count, the low half's where the high half's begin (over the high store's tail)
+        v16 = ir.VectorType(_I8, 16)
+        w8 = builder.bitcast(words, ir.VectorType(_I8, 32))
+        lo8, hi8 = _mask_bytes(builder, mask)
+        bp = builder.bitcast(ptr, _I8.as_pointer())
+        end = builder.shl(count, ir.Constant(_I64, 1))
+        for half, m8, shift in ((range(16, 32), hi8, None), (range(16), lo8, hi8)):
+            if shift is not None:
+                end = builder.sub(end, builder.shl(builder.ctpop(shift), ir.Constant(_I64, 1)))
+            part = builder.shuffle_vector(w8, ir.Constant(ir.VectorType(_I8, 32), None), _const_vec(_I32, half))
+            packed = _pshufb(builder, part, _control(builder, "zipccl_compress16", _compress_controls(), m8))
+            at = builder.gep(bp, [builder.sub(end, ir.Constant(_I64, 16))])
+            builder.store(packed, builder.bitcast(at, v16.as_pointer()), align=1)
         return
     compress = _declare(builder, f"llvm.masked.compressstore.v{LANES}i16", ir.VoidType(),
                         [_vec(_I16), _I16.as_pointer(), _vec(_I1)])
@@ -411,7 +520,7 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
         enough = builder.icmp_signed("<=", ke_new, nescv)
         take = builder.select(enough, is_esc, _splat(_I1, 0))
         ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
-                           take)
+                           take, exact=True)
         t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
         top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
             builder.lshr(emv, ir.Constant(_I64, 8)), _I32))), _splat(_I32, 1))          # 2 * top + 1

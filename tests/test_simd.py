@@ -215,8 +215,9 @@ def test_kernels_are_compiled_for_the_expected_instruction_set():
 
 def test_stream_moves_compile_to_the_chosen_instructions():
     """The variant of the rounds' stream moves (codec._simd.STREAM_MOVES) is the one the compile target
-    calls for (register forms with AVX-512 VBMI2: the memory forms are microcoded on AMD Zen 4/5), or
-    the one ZIPCCL_STREAM_MOVES forces, and the compiled encoder round uses those instructions."""
+    calls for (register forms with AVX-512 VBMI2: the memory forms are microcoded on AMD Zen 4/5;
+    pshufb shuffles with SSSE3 but no VBMI2), or the one ZIPCCL_STREAM_MOVES forces, and the compiled
+    encoder round uses those instructions."""
     import os
     import platform
     import re
@@ -226,7 +227,8 @@ def test_stream_moves_compile_to_the_chosen_instructions():
     from codec import _simd
 
     feats = _simd._target_features().split(",")
-    want = os.environ.get("ZIPCCL_STREAM_MOVES") or ("register" if "+avx512vbmi2" in feats else "memory")
+    want = os.environ.get("ZIPCCL_STREAM_MOVES") or (
+        "register" if "+avx512vbmi2" in feats else "shuffle" if "+ssse3" in feats else "memory")
     assert _simd.STREAM_MOVES == want
 
     @njit(cache=False)
@@ -239,10 +241,14 @@ def test_stream_moves_compile_to_the_chosen_instructions():
     wbuf = np.zeros(64, np.uint16)
     pos = push(x.copy(), sym, ftab, 1.0 / (ftab & 0xFFFF), wbuf)
     flushed = x[sym == 0] & 0xFFFF                                           # in lane order, below pos
-    assert pos == 64 - len(flushed) and np.array_equal(wbuf[pos:], flushed) and not wbuf[:pos].any()
-    if platform.machine() not in ("x86_64", "AMD64") or "+avx512vbmi2" not in feats:
+    below = 8 if want == "shuffle" else 0          # the shuffle stores may write 8 words below pos
+    assert pos == 64 - len(flushed) and np.array_equal(wbuf[pos:], flushed) and not wbuf[:pos - below].any()
+    if platform.machine() not in ("x86_64", "AMD64"):
         return
     asm = next(iter(push.inspect_asm().values()))
+    if want != "register":
+        assert ("pshufb" in asm) == (want == "shuffle") and "vpcompressw" not in asm, want
+        return
     memory_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, [^%\s]*\(", asm)
     register_form = re.search(r"vpcompressw\s+%[xyz]mm\d+, %[xyz]mm\d+", asm)
     assert (register_form and not memory_form) if want == "register" else (memory_form and not register_form), want
