@@ -1,9 +1,10 @@
 """The numba kernels' variants side by side on this CPU: how the rounds read their small tables
 (codec._simd.TABLE_LOOKUPS: permutes or gathers) or move stream words (codec._simd.STREAM_MOVES:
-register or memory forms of vpcompressw).
+register forms of vpexpandw/vpcompressw, pshufb shuffles, or the generic memory forms); each knob
+runs every variant the CPU can (permutes need AVX-512 VBMI, register forms VBMI2, shuffles SSSE3).
 
-    python -m bench.variants --knob lookups [--rounds 3]    # permutes need AVX-512 VBMI
-    python -m bench.variants --knob moves                   # the register form needs AVX-512 VBMI2
+    python -m bench.variants --knob lookups [--rounds 3]
+    python -m bench.variants --knob moves
 
 Each variant runs in a fresh process with a numba cache of its own (the choice is made when the kernels
 compile), the two alternating ``--rounds`` times, so that a shared machine's drift hits both; each
@@ -45,8 +46,8 @@ print(json.dumps(res))
 '''
 
 
-KNOBS = {"lookups": ("ZIPCCL_TABLE_LOOKUPS", ("permute", "gather")),
-         "moves": ("ZIPCCL_STREAM_MOVES", ("register", "memory"))}
+KNOBS = {"lookups": ("ZIPCCL_TABLE_LOOKUPS", "TABLE_LOOKUP_FORMS"),
+         "moves": ("ZIPCCL_STREAM_MOVES", "STREAM_MOVE_FORMS")}
 
 
 def main(argv=None) -> int:
@@ -55,9 +56,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     from bench.speed import _cpu_model
+    from codec import _simd
 
-    var, values = KNOBS[args.knob]
-    results = {v: [] for v in values}
+    var, forms = KNOBS[args.knob]
+    results = {v: [] for v in _simd.usable_variants(getattr(_simd, forms))}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
             for variant in results:

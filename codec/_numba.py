@@ -849,7 +849,12 @@ def _ranked_slots(f, cum, rt):
             tb[4 * RANK_FINE + 32 * rows + j] = q
         rows += 1
     return True
+
+
 _MASK62 = (1 << 62) - 1
+# a decoder's row of tables (u32): the slot table (+ LANES: see _open_chunk), then the ranked table;
+# rows a multiple of 64 bytes, so both rows' ranked tables start on 64-byte boundaries (see _aligned)
+_TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
@@ -911,8 +916,9 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
         for t in range(lo, cum[sy + 1], LANES):
             fill16(tab, t, c)
     # by permutes for 1- and 2-byte values; 4-byte values keep the gathers, measured faster there
-    # (Zen 5, one thread: float32 decode 4.0 GB/s by permutes, 4.3 by gathers; bf16 2.4 -> 3.3-3.5)
-    ranked = PERMUTE and M < 16 and _ranked_slots(f, cum, tab[RANKED_AT:])
+    # (Zen 5, one thread: float32 decode 4.0 GB/s by permutes, 4.3 by gathers; bf16 2.4 -> 3.3-3.5);
+    # only chunks the SIMD rounds decode (k a multiple of LANES) read it
+    ranked = PERMUTE and M < 16 and k % LANES == 0 and _ranked_slots(f, cum, tab[RANKED_AT:])
     for lane in range(k):
         x[lane] = _get32(buf, p + 4 * lane)
     wend = p + 4 * k + 2 * n_words
@@ -1185,9 +1191,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     that dtype's value assembly is compiled (fewer registers spilled in the round loop)."""
     n_chunks = len(kinds)
     prm = np.zeros((2, _N_PRM), np.int64)
-    # + LANES: see _open_chunk; rows on 64-byte boundaries, for the ranked tables (see _aligned)
-    row = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
-    tab = _aligned(2 * row, np.uint32).reshape(2, row)
+    tab = _aligned(2 * _TAB_ROW, np.uint32).reshape(2, _TAB_ROW)
     x = _private(2 * MAX_LANES, 0, np.uint32)
     sym = np.empty((2, chunk_size), np.uint8)
     coded = np.zeros(2, np.bool_)

@@ -78,15 +78,20 @@ def _target_features() -> str:
     return ll.get_host_cpu_features().flatten()
 
 
+def usable_variants(options) -> list:
+    """The names of ``options`` ((name, CPU feature it needs or None), ... in order of preference)
+    the compile target can run."""
+    feats = _target_features().split(",")
+    return [name for name, need in options if need is None or need in feats]
+
+
 def _variant(env: str, options) -> str:
-    """A kernel variant: the first of ``options`` ((name, CPU feature it needs or None), ...) whose
-    feature the compile target has; or the one the environment variable ``env`` forces (tests and
-    benchmarks: give that run a NUMBA_CACHE_DIR of its own, since numba's cache key does not see
-    this choice)."""
+    """A kernel variant: the first of :func:`usable_variants`; or the one the environment variable
+    ``env`` forces (tests and benchmarks: give that run a NUMBA_CACHE_DIR of its own, since numba's
+    cache key does not see this choice)."""
     import os
 
-    feats = _target_features().split(",")
-    usable = [name for name, need in options if need is None or need in feats]
+    usable = usable_variants(options)
     forced = os.environ.get(env)
     if forced is None:
         return usable[0]
@@ -104,7 +109,8 @@ def _variant(env: str, options) -> str:
 # expand/compress, and LLVM's lowering of the generic intrinsics is a branch per lane (measured: an
 # AVX2 build decoding at 0.36x ZipNN); each 8-word half is moved by pshufb with a control from a
 # 256-entry table instead.
-STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", (("register", "+avx512vbmi2"), ("shuffle", "+ssse3"), ("memory", None)))
+STREAM_MOVE_FORMS = (("register", "+avx512vbmi2"), ("shuffle", "+ssse3"), ("memory", None))
+STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", STREAM_MOVE_FORMS)
 
 # How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
 # reciprocal, the decoder's slot table).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there
@@ -113,7 +119,8 @@ STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", (("register", "+avx512vbmi2"), ("
 # permute about 1 (measured: bench/results/lookups_*.md, ``python -m bench.variants``).  The symbol
 # tables are then indexed by rank among the chunk's used symbols, so a chunk with more than
 # RANKED_SYMBOLS of them takes the gathers.  The same bytes either way; tests/isa.sh runs both.
-TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", (("permute", "+avx512vbmi"), ("gather", None)))
+TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("gather", None))
+TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS)
 PERMUTE = TABLE_LOOKUPS == "permute"
 RANKED_SYMBOLS = 32
 
@@ -135,33 +142,28 @@ def _at(builder, base, byte_offset, elem):
     return builder.bitcast(builder.gep(base, [byte_offset]), elem.as_pointer())
 
 
-def _gather(builder, base, idx, elem, scale):
+def _gather(builder, base, idx, elem, scale, step=None):
     """``base[idx]`` for each lane (``idx``: i32 lanes; ``scale``: element size in bytes) as a masked
     gather from one base pointer and a vector of 32-bit indices, so that x86 uses the base+index
-    form (``vpgatherdd``) without 64-bit address arithmetic."""
+    form (``vpgatherdd``) without 64-bit address arithmetic.  ``step``: the type ``idx`` counts in
+    (default ``elem``; ``_I8``: ``elem`` values at byte offsets ``idx``, ``scale`` then 1)."""
     t = _vec(elem)
-    ptr_t = ir.VectorType(elem.as_pointer(), LANES)
-    gep = ir.instructions.GEPInstr(builder.block, builder.bitcast(base, elem.as_pointer()), [idx], False, "",
-                                   source_etype=elem)
-    gep.type = ptr_t                 # llvmlite types a GEP by its pointer operand; a vector index makes a vector
+    step = elem if step is None else step
+    gep = ir.instructions.GEPInstr(builder.block, builder.bitcast(base, step.as_pointer()), [idx], False, "",
+                                   source_etype=step)
+    gep.type = ir.VectorType(step.as_pointer(), LANES)   # llvmlite types a GEP by its pointer operand; a vector index makes a vector
     builder._insert(gep)
+    ptr_t = ir.VectorType(elem.as_pointer(), LANES)
     fn = _declare(builder, f"llvm.masked.gather.v{LANES}{'f64' if elem is _F64 else f'i{elem.width}'}.v{LANES}p0",
                   t, [ptr_t, _I32, _vec(_I1), t])
-    return builder.call(fn, [gep, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
+    ptrs = gep if step is elem else builder.bitcast(gep, ptr_t)
+    return builder.call(fn, [ptrs, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
 
 
 def _gather_bytes(builder, base, idx):
-    """``base[idx]`` (bytes, zero-extended to i32 lanes) by a dword gather at byte addresses: reads
+    """``base[idx]`` (bytes, zero-extended to i32 lanes) by a dword gather at byte offsets: reads
     ``base[idx .. idx+3]``, which the caller keeps inside the table."""
-    ptr_t = ir.VectorType(_I8.as_pointer(), LANES)
-    gep = ir.instructions.GEPInstr(builder.block, base, [idx], False, "", source_etype=_I8)
-    gep.type = ptr_t
-    builder._insert(gep)
-    p32 = builder.bitcast(gep, ir.VectorType(_I32.as_pointer(), LANES))
-    fn = _declare(builder, f"llvm.masked.gather.v{LANES}i32.v{LANES}p0", _vec(_I32),
-                  [ir.VectorType(_I32.as_pointer(), LANES), _I32, _vec(_I1), _vec(_I32)])
-    got = builder.call(fn, [p32, ir.Constant(_I32, 1), _splat(_I1, 1), ir.Constant(_vec(_I32), None)])
-    return builder.and_(got, _splat(_I32, 0xFF))
+    return builder.and_(_gather(builder, base, idx, _I32, 1, step=_I8), _splat(_I32, 0xFF))
 
 
 def _permute2(builder, kind, table, idx):
@@ -230,7 +232,8 @@ def _byte_table(builder, name, rows):
 
 
 def _expand_controls():
-    """pshufb controls placing the first popcount(m) words of 16 bytes in the set lanes of ``m`` (8 lanes)."""
+    """pshufb controls placing the first popcount(m) words of 16 bytes in the set lanes of ``m`` (8 lanes):
+    computed once, as _EXPAND."""
     rows = []
     for m in range(256):
         row, k = [], 0
@@ -245,7 +248,8 @@ def _expand_controls():
 
 
 def _compress_controls():
-    """pshufb controls moving the set lanes of ``m`` (8 words), in lane order, to the top lanes."""
+    """pshufb controls moving the set lanes of ``m`` (8 words), in lane order, to the top lanes:
+    computed once, as _COMPRESS."""
     rows = []
     for m in range(256):
         sel = [j for j in range(8) if m >> j & 1]
@@ -256,13 +260,18 @@ def _compress_controls():
     return rows
 
 
+_EXPAND = ("zipccl_expand16", _expand_controls())
+_COMPRESS = ("zipccl_compress16", _compress_controls())
+
+
 def _pshufb(builder, v, ctl):
     fn = _declare(builder, "llvm.x86.ssse3.pshuf.b.128", ir.VectorType(_I8, 16), [ir.VectorType(_I8, 16)] * 2)
     return builder.call(fn, [v, ctl])
 
 
-def _control(builder, name, rows, m8):
-    g = _byte_table(builder, name, rows)
+def _control(builder, table, m8):
+    """Row ``m8`` of a control table (_EXPAND or _COMPRESS) of this module."""
+    g = _byte_table(builder, *table)
     p = builder.gep(g, [ir.Constant(_I64, 0), m8])
     return builder.load(builder.bitcast(p, ir.VectorType(_I8, 16).as_pointer()), align=16)
 
@@ -284,10 +293,10 @@ def _expand_words(builder, ptr, mask, exact=False):
         lo8, hi8 = _mask_bytes(builder, mask)
         bp = builder.bitcast(ptr, _I8.as_pointer())
         lo = _pshufb(builder, builder.load(builder.bitcast(bp, v16.as_pointer()), align=1),
-                     _control(builder, "zipccl_expand16", _expand_controls(), lo8))
+                     _control(builder, _EXPAND, lo8))
         n_lo = builder.shl(builder.ctpop(lo8), ir.Constant(_I64, 1))
         hi = _pshufb(builder, builder.load(builder.bitcast(builder.gep(bp, [n_lo]), v16.as_pointer()), align=1),
-                     _control(builder, "zipccl_expand16", _expand_controls(), hi8))
+                     _control(builder, _EXPAND, hi8))
         both = builder.shuffle_vector(lo, hi, _const_vec(_I32, range(32)))
         return builder.bitcast(both, _vec(_I16))
     expand = _declare(builder, f"llvm.masked.expandload.v{LANES}i16", _vec(_I16),
@@ -319,7 +328,7 @@ def _compress_words(builder, words, ptr, mask, count):
             if shift is not None:
                 end = builder.sub(end, builder.shl(builder.ctpop(shift), ir.Constant(_I64, 1)))
             part = builder.shuffle_vector(w8, ir.Constant(ir.VectorType(_I8, 32), None), _const_vec(_I32, half))
-            packed = _pshufb(builder, part, _control(builder, "zipccl_compress16", _compress_controls(), m8))
+            packed = _pshufb(builder, part, _control(builder, _COMPRESS, m8))
             at = builder.gep(bp, [builder.sub(end, ir.Constant(_I64, 16))])
             builder.store(packed, builder.bitcast(at, v16.as_pointer()), align=1)
         return

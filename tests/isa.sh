@@ -19,14 +19,16 @@ for t in "${targets[@]}"; do
     python -m pytest -q -p no:cacheprovider -m "not gpu and not slow" $TESTS
   rm -rf "$cache"
 done
-# on a host with AVX-512 VBMI2 the kernels move stream words with the register forms of
-# vpexpandw/vpcompressw (codec._simd.STREAM_MOVES), and with VBMI they read the small per-chunk tables
-# by permutes (codec._simd.TABLE_LOOKUPS); the other forms (memory moves, gathers) once more here
+# on this host the kernels take the first variant of each knob its CPU can run (codec._simd.STREAM_MOVES:
+# register forms with AVX-512 VBMI2, pshufb shuffles with SSSE3; TABLE_LOOKUPS: permutes with VBMI);
+# where that is not the last (the generic memory moves, gathers), the last once more here
 if [ $# -eq 0 ]; then
   other=$(python -c "
-from codec._simd import _target_features as f
-feats = f().split(',')
-print(('ZIPCCL_STREAM_MOVES=memory ' if '+avx512vbmi2' in feats else '') + ('ZIPCCL_TABLE_LOOKUPS=gather' if '+avx512vbmi' in feats else ''))")
+from codec import _simd as s
+for var, forms in (('ZIPCCL_STREAM_MOVES', s.STREAM_MOVE_FORMS), ('ZIPCCL_TABLE_LOOKUPS', s.TABLE_LOOKUP_FORMS)):
+    usable = s.usable_variants(forms)
+    if len(usable) > 1:
+        print(f'{var}={usable[-1]}', end=' ')")
   if [ -n "$other" ]; then
     cache=$(mktemp -d -t "zipccl-numba-other.XXXXXX")
     echo "== numba kernels for this host, the other variants: $other"
