@@ -27,7 +27,7 @@ from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAU
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
-                    RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, fetch_add, prefetch,
+                    RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add, prefetch,
                     rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_ranked, stats16, fill16,
                     values16_escaped, values16_window)
 
@@ -257,11 +257,47 @@ def _stats(vals, m, E, M):
 
 
 @njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead):
-    """_code_values for chunks without ZERO symbols and 16 or 32 lanes, 16 values at a time:
-    symbols and residual plane in one forward SIMD pass, then the rANS rounds backwards with
-    the flushed words stored downwards from the end of ``wbuf`` (so they end in stream order)."""
+def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk):
+    """Symbols and residuals of values ``[lo, hi)`` of a chunk with ZERO symbols one at a time (+0 is
+    SYM_ZERO and takes no residual), residuals from plane index ``kk``; the remainder fields are
+    OR-ed in, so the bytes they reach are cleared first (keeping the bits below ``kk * rem``).
+    Returns (escapes, new kk)."""
+    remstart = full * n_sm
+    if rem:
+        b0 = (kk * rem) >> 3
+        plane[remstart + b0] &= (1 << ((kk * rem) & 7)) - 1
+        for b in range(b0 + 1, ((kk + hi - lo) * rem + 7) >> 3):
+            plane[remstart + b] = 0
+    n_esc = 0
+    for i in range(lo, hi):
+        w = np.int64(vals[i])
+        if w == 0:
+            sym[i] = SYM_ZERO
+            continue
+        sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
+        sym[i] = sy
+        n_esc += sy == SYM_ESC
+        res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
+        for b in range(full):
+            plane[b * n_sm + kk] = (res >> (8 * b)) & 0xFF
+        if rem:
+            bit = kk * rem
+            v = ((res >> (8 * full)) & ((1 << rem) - 1)) << (bit & 7)
+            plane[remstart + (bit >> 3)] |= v & 0xFF
+            if (bit & 7) + rem > 8:
+                plane[remstart + (bit >> 3) + 1] |= v >> 8
+        kk += 1
+    return n_esc, kk
+
+
+@njit(cache=True)
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero):
+    """_code_values for chunks of 16 or 32 lanes, 16 values at a time: symbols and residual plane in
+    one forward SIMD pass, then the rANS rounds backwards with the flushed words stored downwards
+    from the end of ``wbuf`` (so they end in stream order).  ``n_zero``: the chunk's ZERO symbols
+    (its +0 values, where the codebook codes them): their lanes are compressed out of the plane."""
     k = _lanes(m)
+    n_sm = m - n_zero
     symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
     for key in range(2 << E):
         j = (key >> 1) - ref + WINDOW_LOW
@@ -281,51 +317,70 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     width = M - shift
     full = width // 8
     rem = width % 8
-    nplane = _packed_nbytes(m, width)
-    plane = np.empty(nplane + 16, np.uint8)
+    nplane = _packed_nbytes(n_sm, width)
+    plane = np.empty(nplane + 32, np.uint8)
     esc_groups = np.empty(m // LANES + 1, np.int64)
     n_groups = 0
     n_esc = 0
     g16 = m - m % LANES
     em = (E << 8) | M
-    for at in range(0, g16, LANES):
-        if PERMUTE:
-            c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
-        else:
-            c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
+    if n_zero:
+        kk = 0
+        for at in range(0, g16, LANES):
+            if kk + LANES <= n_sm:
+                c = encode_prepare16_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk)
+                kk += c >> 32
+                c &= 0xFFFFFFFF
+            else:                               # the last residuals: a 16-byte store would pass the plane
+                c, kk = _prepare_scalar(vals, at, at + LANES, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk)
+            if c:
+                esc_groups[n_groups] = at
+                n_groups += 1
+                n_esc += c
+        c, kk = _prepare_scalar(vals, g16, m, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk)
         if c:
-            esc_groups[n_groups] = at
+            esc_groups[n_groups] = g16
             n_groups += 1
             n_esc += c
-    # the last m % 16 values one at a time (the remainder plane is byte-aligned at g16)
-    acc = 0
-    nacc = 0
-    q = full * m + g16 * rem // 8
-    tail_esc = 0
-    for i in range(g16, m):
-        w = np.int64(vals[i])
-        sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
-        sym[i] = sy
-        tail_esc += sy == SYM_ESC
-        res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
-        for b in range(full):
-            plane[b * m + i] = (res >> (8 * b)) & 0xFF
-        acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
-        nacc += rem
-        if nacc >= 8:                            # up to 15 x 7 bits: flush as they fill, not at the end
+    else:
+        for at in range(0, g16, LANES):
+            if PERMUTE:
+                c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
+            else:
+                c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
+            if c:
+                esc_groups[n_groups] = at
+                n_groups += 1
+                n_esc += c
+        # the last m % 16 values one at a time (the remainder plane is byte-aligned at g16)
+        acc = 0
+        nacc = 0
+        q = full * m + g16 * rem // 8
+        tail_esc = 0
+        for i in range(g16, m):
+            w = np.int64(vals[i])
+            sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
+            sym[i] = sy
+            tail_esc += sy == SYM_ESC
+            res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
+            for b in range(full):
+                plane[b * m + i] = (res >> (8 * b)) & 0xFF
+            acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
+            nacc += rem
+            if nacc >= 8:                            # up to 15 x 7 bits: flush as they fill, not at the end
+                plane[q] = acc & 0xFF
+                q += 1
+                acc >>= 8
+                nacc -= 8
+        while nacc > 0:
             plane[q] = acc & 0xFF
             q += 1
             acc >>= 8
             nacc -= 8
-    while nacc > 0:
-        plane[q] = acc & 0xFF
-        q += 1
-        acc >>= 8
-        nacc -= 8
-    if tail_esc:
-        esc_groups[n_groups] = g16
-        n_groups += 1
-        n_esc += tail_esc
+        if tail_esc:
+            esc_groups[n_groups] = g16
+            n_groups += 1
+            n_esc += tail_esc
     # rANS.  x // f via a double reciprocal: see _code_values.
     ftab = np.empty(N_SYMBOLS, np.uint32)
     inv = np.empty(N_SYMBOLS, np.float64)
@@ -377,7 +432,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
     # payload: header, bitmap, states, words, plane, escapes
-    p = _put_head(out, cb, ref, shift, mode, m, n_esc, n_words, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
     copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
     copy_bytes(out, p, plane, 0, nplane)
@@ -409,8 +464,9 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
         shift += 1
     zero_ok = f[SYM_ZERO] > 0
-    if _lanes(m) % LANES == 0 and not (zero_ok and n_zero > 0):
-        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead)
+    if _lanes(m) % LANES == 0:
+        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
+                           n_zero if zero_ok else 0)
     n_sm = 0
     n_esc = 0
     for i in range(m):
@@ -1055,7 +1111,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     shift = prm[_P_SHIFT]
     ref = prm[_P_REF]
     em = (E << 8) | M
-    # groups of 16 window symbols whose residuals kk..kk+15 can be read 16 at a time inside buf
+    # groups of 16 symbols (window or ZERO) whose residuals kk..kk+15 can be read 16 at a time inside buf
     kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
     if full:
         kk_safe = min(kk_safe, len(buf) - 16 - plane - (full - 1) * n_sm)
@@ -1063,7 +1119,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     blk = 0
     oi = 0
     i = 0
-    scalar_to = 0                     # values before this index go one at a time (a group had ESC/ZERO)
+    scalar_to = 0                     # values before this index go one at a time (a group had an ESC)
     while i < n_coded:
         if mode != 0 and (oi == 0 or oi % bs == 0):
             # entering a new block: skip (and zero) the all-zero blocks
@@ -1075,9 +1131,10 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             oi = blk * bs
         if (i >= scalar_to and i + LANES <= n_coded and kk + LANES <= n_sm and kk <= kk_safe
                 and (mode == 0 or oi % bs + LANES <= bs) and oi + LANES <= n):
-            if values16_window(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi) == 0:
+            took = values16_window(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi)
+            if took >= 0:
                 i += LANES
-                kk += LANES
+                kk += took
                 oi += LANES
                 continue
             scalar_to = i + LANES

@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, TOTAL, WINDOW, WINDOW_LOW
+from .codebook import PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW
 from .format import RANS_L
 
 LANES = 16
@@ -337,6 +337,45 @@ def _compress_words(builder, words, ptr, mask, count):
     builder.call(compress, [words, ptr, mask])
 
 
+def _scratch16(builder):
+    """A 64-byte aligned stack slot of 16 i32 lanes (in the function's entry block)."""
+    slot = cgutils.alloca_once(builder, _vec(_I32))
+    slot.align = 64
+    return slot
+
+
+def _compress_lanes(builder, v, mask):
+    """The ``mask`` lanes of ``v`` (i32) moved to the front in lane order, the other lanes 0.  The
+    register form of vpcompressd where the stream moves are register forms (its memory form is
+    microcoded on Zen 4), else a compress-store to the stack and a reload."""
+    zero = _splat(_I32, 0)
+    if STREAM_MOVES == "register":
+        fn = _declare(builder, f"llvm.x86.avx512.mask.compress.v{LANES}i32", _vec(_I32),
+                      [_vec(_I32), _vec(_I32), _vec(_I1)])
+        return builder.call(fn, [v, zero, mask])
+    slot = _scratch16(builder)
+    ptr = builder.bitcast(slot, _I32.as_pointer())
+    fn = _declare(builder, f"llvm.masked.compressstore.v{LANES}i32", ir.VoidType(),
+                  [_vec(_I32), _I32.as_pointer(), _vec(_I1)])
+    builder.call(fn, [v, ptr, mask])
+    return builder.select(_prefix_mask(builder, _popcount16(builder, mask)), builder.load(slot, align=64), zero)
+
+
+def _expand_lanes(builder, v, mask):
+    """Lanes ``0 .. popcount(mask)-1`` of ``v`` (i32) placed in the ``mask`` lanes in lane order, the
+    other lanes 0 (the inverse of :func:`_compress_lanes`; vpexpandd, register form or from the stack)."""
+    zero = _splat(_I32, 0)
+    if STREAM_MOVES == "register":
+        fn = _declare(builder, f"llvm.x86.avx512.mask.expand.v{LANES}i32", _vec(_I32),
+                      [_vec(_I32), _vec(_I32), _vec(_I1)])
+        return builder.call(fn, [v, zero, mask])
+    slot = _scratch16(builder)
+    builder.store(v, slot, align=64)
+    fn = _declare(builder, f"llvm.masked.expandload.v{LANES}i32", _vec(_I32),
+                  [_I32.as_pointer(), _vec(_I1), _vec(_I32)])
+    return builder.call(fn, [builder.bitcast(slot, _I32.as_pointer()), mask, zero])
+
+
 def _decode_step(builder, xp, lookup, bp, wp):
     """One rANS decode step of 16 lanes (states at ``xp``, updated): returns (symbols (i32), new wp).
     ``lookup(slot)``: the slot table's entries ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19``
@@ -490,8 +529,9 @@ def _window_t(builder, s, refv):
     return builder.add(s, _broadcast(builder, _I32, builder.trunc(c, _I32)))
 
 
-def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv):
-    """``arr[at:at+16] = (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift``."""
+def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv, zero=None):
+    """``arr[at:at+16] = (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift``
+    (+0 in the ``zero`` lanes, if given)."""
     vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
     e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
     m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
@@ -501,6 +541,8 @@ def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv):
     low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
     val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)), builder.shl(t, builder.sub(m_w, one)))
     val = builder.or_(val, builder.shl(low, sh))
+    if zero is not None:
+        val = builder.select(zero, _splat(_I32, 0), val)
     elem = ir.IntType(aryty.dtype.bitwidth)
     dst = _at(builder, _data(context, builder, aryty, arr), builder.mul(atv, ir.Constant(_I64, elem.width // 8)),
               _vec(elem))
@@ -545,10 +587,12 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
 
 @intrinsic
 def values16_window(typingctx, buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi):
-    """``out[oi:oi+16]`` from the decoded symbols ``sym[i:i+16]`` and residuals ``kk..kk+15`` (any
+    """``out[oi:oi+16]`` from the decoded symbols ``sym[i:i+16]`` and the next residuals from ``kk`` (any
     alignment: the pass over chunks with ZERO symbols or zero blocks, where value, symbol and residual
-    indices differ).  Returns 1, having stored garbage, when some lane is ESC or ZERO (the caller then
-    redoes the 16 values one at a time), else 0.  Reads as :func:`_residual16` with ``at = kk``."""
+    indices differ).  A ZERO lane is +0 and takes no residual; the others take residuals ``kk, kk+1,
+    ...`` in lane order.  Returns how many residuals the group took, or -1, having stored garbage,
+    when some lane is ESC (the caller then redoes the 16 values one at a time).  Reads 16 residuals
+    as :func:`_residual16` with ``at = kk``."""
     sig = types.int64(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi)
 
     def codegen(context, builder, signature, args):
@@ -557,10 +601,24 @@ def values16_window(typingctx, buf, sym, i, kk, plane, n_sm, full, rem, shift, r
         bp = _data(context, builder, st[0], ba)
         s = builder.zext(builder.load(_at(builder, _data(context, builder, st[1], sa), iv, _vec(_I8)), align=1),
                          _vec(_I32))
-        bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
+        zero = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ZERO))
+        esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+        some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
         res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv)
-        _store_values16(context, builder, st[11], oa, oiv, res, _window_t(builder, s, refv), emv, shiftv)
-        return builder.zext(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)), _I64)
+        nonzero = builder.not_(zero)
+        with builder.if_else(some_zero, likely=False) as (spread_it, keep_it):
+            with spread_it:
+                spread = _expand_lanes(builder, res, nonzero)
+                b_spread = builder.block
+            with keep_it:
+                b_keep = builder.block
+        placed = builder.phi(_vec(_I32))
+        placed.add_incoming(spread, b_spread)
+        placed.add_incoming(res, b_keep)
+        res = placed
+        _store_values16(context, builder, st[11], oa, oiv, res, _window_t(builder, s, refv), emv, shiftv, zero)
+        any_esc = builder.icmp_unsigned("!=", builder.bitcast(esc, _I16), ir.Constant(_I16, 0))
+        return builder.select(any_esc, ir.Constant(_I64, -1), _popcount16(builder, nonzero))
 
     return sig, codegen
 
@@ -667,25 +725,50 @@ def encode_prepare16_window(typingctx, words, at, symwin, em, shift, sym, out, p
     sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
 
     def codegen(context, builder, signature, args):
-        tp = _data(context, builder, signature.args[2], args[2])
-        basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
-
-        def lookup(key):
-            j = builder.sub(key, basev)
-            inside = builder.icmp_unsigned("<", j, _splat(_I32, 2 * WINDOW))
-            if PERMUTE:
-                s8 = _bytes_lookup(builder, tp, builder.trunc(j, _vec(_I8)))
-                return builder.select(inside, builder.zext(s8, _vec(_I32)), _splat(_I32, SYM_ESC))
-            got = _gather_bytes(builder, tp, builder.select(inside, j, _splat(_I32, 0)))   # j < 80 of 128 bytes
-            return builder.select(inside, got, _splat(_I32, SYM_ESC))
-
-        return _prepare(context, builder, signature.args, args[:11], lookup)
+        return _prepare(context, builder, signature.args, args[:11], _window_lookup(context, builder, signature.args, args))
 
     return sig, codegen
 
 
-def _prepare(context, builder, st, args, lookup):
-    """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``."""
+@intrinsic
+def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk):
+    """:func:`encode_prepare16_window` for a chunk with ZERO symbols: a +0 value gets SYM_ZERO and no
+    residual, the others' residuals go to plane indices ``kk, kk+1, ...`` in order (``n_sm``: the
+    chunk's non-ZERO values).  Returns the escapes ``| (residuals written) << 32``.  Each byte plane
+    gets a 16-byte store at ``kk`` (the caller keeps ``kk + 16 <= n_sm``), the remainder plane a
+    16-byte store from the byte holding bit ``kk * rem``, whose lower bits it keeps: values must be
+    prepared in increasing order and ``out`` needs 16 spare bytes after the plane."""
+    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk)
+
+    def codegen(context, builder, signature, args):
+        return _prepare(context, builder, signature.args, args[:11], _window_lookup(context, builder, signature.args, args),
+                        kkv=args[12])
+
+    return sig, codegen
+
+
+def _window_lookup(context, builder, st, args):
+    """``lookup(key)`` for _prepare from a symbol window (``args[2]``, keys from ``args[11]``, every
+    other key ESC): a byte permute on PERMUTE targets, else a byte gather."""
+    tp = _data(context, builder, st[2], args[2])
+    basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
+
+    def lookup(key):
+        j = builder.sub(key, basev)
+        inside = builder.icmp_unsigned("<", j, _splat(_I32, 2 * WINDOW))
+        if PERMUTE:
+            s8 = _bytes_lookup(builder, tp, builder.trunc(j, _vec(_I8)))
+            return builder.select(inside, builder.zext(s8, _vec(_I32)), _splat(_I32, SYM_ESC))
+        got = _gather_bytes(builder, tp, builder.select(inside, j, _splat(_I32, 0)))   # j < 80 of 128 bytes
+        return builder.select(inside, got, _splat(_I32, SYM_ESC))
+
+    return lookup
+
+
+def _prepare(context, builder, st, args, lookup, kkv=None):
+    """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``.
+    ``kkv``: the plane index of the group's first residual in a chunk with ZERO symbols (see
+    encode_prepare16_zeros), None in a dense chunk."""
     wa, atv, _, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
     w = _load_words16(builder, context, st[0], wa, atv)
     vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
@@ -695,16 +778,23 @@ def _prepare(context, builder, st, args, lookup):
     key = builder.and_(builder.lshr(w, builder.sub(m_w, one)),
                        builder.sub(builder.shl(_splat(_I32, 2), e_w), one))
     s = lookup(key)
+    pos = atv
+    if kkv is not None:
+        nonzero = builder.icmp_unsigned("!=", w, _splat(_I32, 0))
+        s = builder.select(nonzero, s, _splat(_I32, SYM_ZERO))
+        pos = kkv
     builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
                   align=1)
     sh = vec32(shiftv)
     sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
     low = builder.and_(w, builder.sub(builder.shl(one, builder.sub(m_w, one)), one))
     res = builder.or_(builder.shl(sign, builder.sub(builder.sub(m_w, one), sh)), builder.lshr(low, sh))
+    if kkv is not None:
+        res = _compress_lanes(builder, res, nonzero)
     ob = _data(context, builder, st[6], oa)
     for b in range(3):
         with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, b))):
-            off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), atv)
+            off = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, b))), pos)
             byte = builder.trunc(builder.lshr(res, _splat(_I32, 8 * b)), _vec(_I8))
             builder.store(byte, _at(builder, ob, off, _vec(_I8)), align=1)
     with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
@@ -724,13 +814,29 @@ def _prepare(context, builder, st, args, lookup):
         w = builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
                         builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
                                     sp(builder.mul(remv, ir.Constant(_I64, 4)))))
-        g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
-                         builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
-        for g in range(2):
-            _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
-                       builder.extract_element(w, ir.Constant(_I32, g)))
+        remstart = builder.add(planev, builder.mul(nsmv, fullv))
+        if kkv is None:
+            g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+            for g in range(2):
+                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
+                           builder.extract_element(w, ir.Constant(_I32, g)))
+        else:
+            # both halves' 8*rem bits as one i128, shifted to bit kk*rem and merged with the bits
+            # below it in its first byte; the zero fields of the compressed-away lanes clear the rest
+            i128 = ir.IntType(128)
+            lo, hi = (builder.zext(builder.extract_element(w, ir.Constant(_I32, g)), i128) for g in range(2))
+            bits = builder.or_(lo, builder.shl(hi, builder.zext(builder.shl(remv, ir.Constant(_I64, 3)), i128)))
+            bit = builder.mul(kkv, remv)
+            at = _at(builder, ob, builder.add(remstart, builder.lshr(bit, ir.Constant(_I64, 3))), _I8)
+            off = builder.and_(bit, ir.Constant(_I64, 7))
+            below = builder.and_(builder.zext(builder.load(at), _I64),
+                                 builder.sub(builder.shl(ir.Constant(_I64, 1), off), ir.Constant(_I64, 1)))
+            bits = builder.or_(builder.shl(bits, builder.zext(off, i128)), builder.zext(below, i128))
+            builder.store(bits, builder.bitcast(at, i128.as_pointer()), align=1)
     esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
-    return _popcount16(builder, esc)
+    if kkv is None:
+        return _popcount16(builder, esc)
+    return builder.or_(_popcount16(builder, esc), builder.shl(_popcount16(builder, nonzero), ir.Constant(_I64, 32)))
 
 
 def _broadcast2(builder, scalar):

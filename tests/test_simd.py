@@ -57,6 +57,47 @@ def test_large_chunks_match_reference(dtype, kind, chunk_size):
     assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
+def _with_zeros(rng, x, how):
+    """``x`` with +0 values placed ``how``: a fraction, or a pattern that stresses the SIMD groups."""
+    w = bits(x).copy()
+    n = len(w)
+    if isinstance(how, float):
+        w[rng.random(n) < how] = 0
+    elif how == "every_count":        # group g of 16 holds g % 17 zeros at random lanes
+        for g in range(n // 16):
+            w[16 * g + rng.choice(16, g % 17, replace=False)] = 0
+    elif how == "end":                # zero-free until the last 100 values, then mostly zero
+        w[-100:][rng.random(100) < 0.7] = 0
+    elif how == "one_left":           # all +0 but a few values (fewer residuals than a group)
+        keep = rng.choice(n, 5, replace=False)
+        w[np.setdiff1d(np.arange(n), keep)] = 0
+    elif how == "negative_zero":      # -0 is not ZERO: it keeps its sign in the residual
+        w[rng.random(n) < 0.3] = 0
+        w[rng.random(n) < 0.2] = np.array(1 << (8 * w.itemsize - 1), dtype=np.uint64).astype(w.dtype)
+    elif how == "with_escapes":       # ZERO and ESC lanes in the same groups
+        w[rng.random(n) < 0.3] = 0
+        w[rng.choice(n, n // 50, replace=False)] = bits(np.array([np.inf], np.float32).astype(x.dtype))[0]
+    return w.view(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("how", [0.001, 0.5, 0.9, 0.999, "every_count", "end", "one_left", "negative_zero",
+                                 "with_escapes"])
+def test_chunks_with_zero_symbols_match_reference(dtype, how):
+    """+0 values (ReLU outputs, sums that cancel, pruned weights) are ZERO symbols with no residual:
+    the SIMD passes compress them out of the residual plane (encoder) and expand the residuals back
+    around them (decoder), for every residual shape; same bytes as the reference."""
+    rng = np.random.default_rng(hash((dtype, str(how))) % 2**32)
+    for n, drop in ((16384 + 16 * 40 + 7, 0), (65536, 0), (16384 + 3, 3)):
+        x = rng.normal(0, 0.02, n).astype(np_dtype(dtype))
+        w = bits(x).copy()
+        w &= ~np.array((1 << min(drop, layout_for(x.dtype).man_bits - 1)) - 1, dtype=w.dtype)
+        x = _with_zeros(rng, w.view(x.dtype), how)
+        ref = codec.encode(x, chunk_size=65536, backend="reference")
+        assert codec.encode(x, chunk_size=65536, backend="numba") == ref, (n, drop)
+        assert_bit_equal(codec.decode(ref, backend="numba"), x)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_every_tail_length_and_remainder_width(dtype):
     # a 16-lane chunk whose length is not a multiple of 16 ends in up to 15 values coded one at a
