@@ -36,8 +36,9 @@ def main(argv=None) -> int:
         with Cluster([float(rate)] * ranks) as c:
             # each emulated host gets its share of this machine's cores for the codec
             threads = str(max(1, (os.cpu_count() or 1) // ranks))
+            # (torch's intra-op threads too, as torchrun sets OMP_NUM_THREADS=1 for several ranks per node)
             out = c.run(["-m", "bench.collectives_bench", "--size-mib", size, "--reps", str(a.reps), "--ops", ops],
-                        env={"NUMBA_NUM_THREADS": threads})
+                        env={"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads})
         for r in json.loads(out[0].strip().splitlines()[-1]):
             r["link_mbit"] = float(rate) or "unshaped"
             rows.append(r)

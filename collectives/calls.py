@@ -29,9 +29,11 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
         ws = dist.get_world_size(group)
         if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
             flat = tensor.detach().contiguous().view(-1)
-            for out, part in zip(tensor_list, _ring([flat] * ws, group, compress, checksum, reduce=False,
-                                                    gather=True)):
-                out.view(-1).copy_(part)
+            into = [_destination(out, flat) for out in tensor_list]
+            parts = _ring([flat] * ws, group, compress, checksum, reduce=False, gather=True, into=into)
+            for out, dst, part in zip(tensor_list, into, parts):
+                if dst is None:
+                    out.view(-1).copy_(part)
             return
         for out, buf in zip(tensor_list, gather_buffers(framing.encode(tensor, compress, checksum), group)):
             framing.decode_into(buf, out, compress, checksum)
@@ -58,11 +60,19 @@ def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksu
     return work.run(op, async_op)
 
 
-def _ring(shards, group, compress, checksum, *, reduce=True, gather=False):
+def _ring(shards, group, compress, checksum, *, reduce=True, gather=False, into=None):
     """The slice-pipelined ring of :mod:`collectives.ring` with :mod:`collectives.framing`'s frames."""
     return ring(shards, group, lambda t: framing.encode(t, compress, checksum),
                 lambda buf, out: framing.decode_into(buf, out, compress, checksum), reduce=reduce, gather=gather,
-                global_rank=lambda r: global_rank(r, group))
+                global_rank=lambda r: global_rank(r, group), into=into)
+
+
+def _destination(out: torch.Tensor, like: torch.Tensor):
+    """``out`` as a flat tensor the ring can decode into (same dtype and size as ``like``, contiguous),
+    or None: the ring then writes a fresh tensor, copied into ``out`` afterwards."""
+    if out.dtype != like.dtype or out.numel() != like.numel() or not out.is_contiguous():
+        return None
+    return out.detach().view(-1)
 
 
 def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False, *, compress=True,
@@ -76,8 +86,13 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
         if dist.get_world_size(group) == 1:
             output.copy_(input_list[0])
             return
-        mine = _ring([t.contiguous().view(-1) for t in input_list], group, compress, checksum)
-        output.view(-1).copy_(mine[dist.get_rank(group)])
+        shards = [t.contiguous().view(-1) for t in input_list]
+        r = dist.get_rank(group)
+        into = [None] * len(shards)
+        into[r] = _destination(output, shards[r])
+        mine = _ring(shards, group, compress, checksum, into=into)
+        if into[r] is None:
+            output.view(-1).copy_(mine[r])
     return work.run(run, async_op)
 
 
@@ -117,7 +132,11 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
             for p in parts[1:]:
                 acc = acc + p
         elif algo == "ring":
-            acc = torch.cat(_ring(list(torch.tensor_split(flat, ws)), group, compress, checksum, gather=True))
+            shards = list(torch.tensor_split(flat, ws))
+            if flat.data_ptr() == tensor.data_ptr() and tensor.is_contiguous():    # results land in place
+                _ring(shards, group, compress, checksum, gather=True, into=shards)
+                return
+            acc = torch.cat(_ring(shards, group, compress, checksum, gather=True))
         else:
             raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather, native or auto")
         tensor.view(-1).copy_(acc)

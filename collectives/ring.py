@@ -53,18 +53,28 @@ def _forward(src: Future, dst: Future) -> None:
 
 
 def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool, gather: bool,
-         slice_bytes: int | None = None, global_rank=lambda r: r) -> list[torch.Tensor]:
+         slice_bytes: int | None = None, global_rank=lambda r: r, into=None) -> list[torch.Tensor]:
     """Run the pipeline over ``shards`` (this rank's contribution, one flat tensor per rank's shard).
 
     ``reduce``: ring reduce-scatter, after which this rank's shard holds the sum over ranks.
     ``gather``: ring all-gather of this rank's shard (the reduced one if ``reduce``).
     Returns the list of shards: with ``gather`` all of them final, otherwise only this rank's.
     ``encode(t) -> uint8 tensor``, ``decode_into(buf, out)`` are the framing functions.
+    ``into``: per shard, a flat contiguous tensor of its size where its result is written as it
+    is decoded (no copy afterwards), or None (a fresh one); returned in place of the shards.
+    A destination may be the shard itself (in-place all-reduce): every read of a rank's own
+    contribution (the reduce-scatter's additions, on the one decode thread) is queued before the
+    all-gather's first write.
     """
     ws, r = dist.get_world_size(group), dist.get_rank(group)
     nxt, prv = global_rank((r + 1) % ws), global_rank((r - 1) % ws)
     sl = [torch.tensor_split(s, n_slices(s, slice_bytes)) for s in shards]
-    out = [list(parts) for parts in sl]                   # result slices (replaced as they are computed)
+    into = [None] * ws if into is None else list(into)
+    final = (range(ws) if gather else [r])
+    for j in final:
+        if into[j] is None:
+            into[j] = torch.empty_like(shards[j])
+    dst = [torch.tensor_split(into[j], len(sl[j])) if into[j] is not None else None for j in range(ws)]
     plan_send, plan_recv = [], []                         # (phase, step, shard) per message block
     steps = ws - 1
     if reduce:
@@ -118,14 +128,12 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
                         _forward(enc_pool.submit(lambda f=f: encode(f.result())), slots[("rs", s + 1, k)])
                     else:                                 # shard r is complete: it is the result
                         def keep(f, j=j, k=k):
-                            out[j][k] = f.result()
+                            dst[j][k].copy_(f.result())
                         pending.append(dec_pool.submit(keep, f))
                         if gather:
                             _forward(enc_pool.submit(lambda f=f: encode(f.result())), slots[("ag", 0, k)])
                 else:
-                    tgt = torch.empty_like(own)
-                    out[j][k] = tgt
-                    pending.append(dec_pool.submit(decode_into, buf, tgt))
+                    pending.append(dec_pool.submit(decode_into, buf, dst[j][k]))
                     if s + 1 < steps:
                         slots[("ag", s + 1, k)].set_result(buf)   # forward the bytes as they came
             if failure:
@@ -144,4 +152,6 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
         raise
     enc_pool.shutdown()
     dec_pool.shutdown()
-    return [torch.cat(parts) if len(parts) > 1 else parts[0] for parts in out]
+    if gather and not reduce and into[r].data_ptr() != shards[r].data_ptr():
+        into[r].copy_(shards[r])                          # this rank's own shard, as it is
+    return [into[j] if j in final else shards[j] for j in range(ws)]

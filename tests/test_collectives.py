@@ -327,3 +327,45 @@ def test_pipelined_ring_slices_are_bit_identical(ws):
             assert rs == r[(0, dt, n, True)][1], (sb, dt, n, compress)
             assert y == r[("ref", dt, n)], (sb, dt, n)                # the sum in ring order
         assert r[(64, "torch.float32", 1_234, True)][0] == res[0][(64, "torch.float32", 1_234, True)][0]
+
+
+def case_ring_destinations(rank, ws):
+    """The ring decodes straight into the caller's tensors: FSDP's all-gather whose input is this rank's
+    chunk of the output, an all_gather list holding the input itself and a non-contiguous entry, a
+    reduce-scatter whose output is an input's slice; every result exact, no input changed."""
+    import collectives
+
+    n = 70_000                                        # above RING_MIN_NUMEL: the ring
+    out = {}
+    for compress in (True, False):
+        data = [_data(j, n, torch.bfloat16, seed=5) for j in range(ws)]
+        buf = torch.zeros(ws * n, dtype=torch.bfloat16)
+        mine = buf.chunk(ws)[rank]
+        mine.copy_(data[rank])
+        collectives.all_gather_into_tensor(buf, mine, compress=compress)
+        fsdp_ok = torch.equal(buf.view(torch.int16), torch.cat(data).view(torch.int16))
+        x = data[rank].clone()
+        wide = torch.zeros(n, 2, dtype=torch.bfloat16)
+        tl = [torch.empty(n, dtype=torch.bfloat16) for _ in range(ws)]
+        tl[rank] = x
+        tl[(rank + 1) % ws] = wide[:, 1]                  # strided: written by a copy afterwards
+        collectives.all_gather(tl, x, compress=compress)
+        gather_ok = all(torch.equal(t.contiguous().view(torch.int16), d.view(torch.int16))
+                        for t, d in zip(tl, data)) and torch.equal(x.view(torch.int16), data[rank].view(torch.int16))
+        inputs = [data[rank][:n // ws * ws].chunk(ws)[j].clone() for j in range(ws)]
+        keep = [t.clone() for t in inputs]
+        o = inputs[rank]                                  # output aliases this rank's own input
+        collectives.reduce_scatter(o, inputs, compress=compress)
+        others_ok = all(torch.equal(a.view(torch.int16), b.view(torch.int16))
+                        for j, (a, b) in enumerate(zip(inputs, keep)) if j != rank)
+        out[compress] = (fsdp_ok, gather_ok, others_ok, _bits(o))
+    return out
+
+
+def test_ring_writes_into_callers_tensors():
+    res = run_ranks(case_ring_destinations, 3)
+    for rank, r in res.items():
+        assert not isinstance(r, str), r
+        for compress in (True, False):
+            assert r[compress][:3] == (True, True, True), (rank, compress)
+        assert r[True][3] == r[False][3], rank
