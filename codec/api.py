@@ -328,7 +328,14 @@ def _out_words(out):
         if not out.untyped_storage().resizable() and \
                 not _writable_memory(out.data_ptr(), out.numel() * out.element_size()):
             raise ValueError("out is read-only memory (a tensor over a read-only mapping)")
-        return out.detach().view(-1).view(lay.torch_view_ints).numpy().view(lay.uint), lay
+        ints = out.detach().view(-1).view(lay.torch_view_ints)
+        try:        # a DLPack view leaves the storage resizable (.numpy() would not: every later decode
+            words = np.from_dlpack(ints)        # into it would then read /proc/self/maps above)
+        except (AttributeError, TypeError, BufferError, RuntimeError):
+            words = ints.numpy()
+        if not words.flags.writeable:
+            words = ints.numpy()
+        return words.view(lay.uint), lay
     if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
     if not out.dtype.isnative:
