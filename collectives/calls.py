@@ -62,9 +62,10 @@ def broadcast(tensor, src, group=None, async_op=False, *, compress=True, checksu
 
 def _ring(shards, group, compress, checksum, *, reduce=True, gather=False, into=None):
     """The slice-pipelined ring of :mod:`collectives.ring` with :mod:`collectives.framing`'s frames."""
-    return ring(shards, group, lambda t: framing.encode(t, compress, checksum),
+    return ring(shards, group, lambda t, out: framing.encode(t, compress, checksum, out),
                 lambda buf, out: framing.decode_into(buf, out, compress, checksum), reduce=reduce, gather=gather,
-                global_rank=lambda r: global_rank(r, group), into=into)
+                global_rank=lambda r: global_rank(r, group), into=into,
+                frame_limit=(lambda t: codec.max_encoded_size(t, checksum=checksum)) if compress else None)
 
 
 def _destination(out: torch.Tensor, like: torch.Tensor):

@@ -13,10 +13,14 @@ from codec.planes import join_low, split_low
 from .traffic import traffic
 
 
-def encode(t: torch.Tensor, compress: bool, checksum: bool) -> torch.Tensor:
-    """The frame of ``t``: its codec stream, or its raw bytes when uncompressed (a view: never written to)."""
+def encode(t: torch.Tensor, compress: bool, checksum: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The frame of ``t``: its codec stream, or its raw bytes when uncompressed (a view: never written to).
+    ``out``: a uint8 buffer of at least :func:`codec.max_encoded_size` bytes to encode into (the frame
+    is then a view of it)."""
     if not compress:
         out = t.detach().contiguous().reshape(-1).view(torch.uint8)     # sent as is: never written to
+    elif out is not None:
+        out = codec.encode(t.detach(), checksum=checksum, out=out)
     else:
         out = torch.frombuffer(codec.encode(t.detach(), checksum=checksum), dtype=torch.uint8)
     traffic.add(t.numel() * t.element_size(), out.numel())

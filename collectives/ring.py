@@ -40,6 +40,51 @@ def n_slices(t: torch.Tensor, slice_bytes: int | None = None) -> int:
     return max(1, min(MAX_SLICES, t.numel(), -(-nbytes // slice_bytes)))
 
 
+class _Pool:
+    """Flat uint8 CPU buffers kept for reuse, by size class (MiB): the ring's frames, the frames it
+    receives and its reduced slices come from here and go back after their last use, so their pages
+    are faulted in once per process rather than once per slice (page faults and freeing were a
+    tenth of the emulated cluster's CPU time).  At most ``keep_bytes`` are kept."""
+
+    def __init__(self, keep_bytes: int = 512 << 20):
+        self._free: dict[int, list[torch.Tensor]] = {}
+        self._lock = threading.Lock()
+        self._kept = 0
+        self._keep = keep_bytes
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        cls = max(1, -(-nbytes // (1 << 20)))
+        with self._lock:
+            free = self._free.get(cls)
+            if free:
+                self._kept -= cls << 20
+                return free.pop()
+        return torch.empty(cls << 20, dtype=torch.uint8)
+
+    def give(self, buf: torch.Tensor) -> None:
+        with self._lock:
+            if self._kept + buf.numel() <= self._keep:
+                self._free.setdefault(buf.numel() >> 20, []).append(buf)
+                self._kept += buf.numel()
+
+
+POOL = _Pool()
+
+
+class _Lease:
+    """A pooled buffer in use by ``users`` parties; back to the pool when the last one is done."""
+
+    def __init__(self, buf: torch.Tensor, users: int = 1):
+        self.buf, self._users, self._lock = buf, users, threading.Lock()
+
+    def done(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            POOL.give(self.buf)
+
+
 def _forward(src: Future, dst: Future) -> None:
     def done(f):
         if dst.done():
@@ -53,13 +98,15 @@ def _forward(src: Future, dst: Future) -> None:
 
 
 def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool, gather: bool,
-         slice_bytes: int | None = None, global_rank=lambda r: r, into=None) -> list[torch.Tensor]:
+         slice_bytes: int | None = None, global_rank=lambda r: r, into=None, frame_limit=None) -> list[torch.Tensor]:
     """Run the pipeline over ``shards`` (this rank's contribution, one flat tensor per rank's shard).
 
     ``reduce``: ring reduce-scatter, after which this rank's shard holds the sum over ranks.
     ``gather``: ring all-gather of this rank's shard (the reduced one if ``reduce``).
     Returns the list of shards: with ``gather`` all of them final, otherwise only this rank's.
-    ``encode(t) -> uint8 tensor``, ``decode_into(buf, out)`` are the framing functions.
+    ``encode(t, out) -> uint8 tensor``, ``decode_into(buf, out)`` are the framing functions;
+    ``frame_limit(t)``: the most bytes ``encode`` can write for ``t``, which it then writes into
+    ``out``, a pooled buffer of that size (None: ``encode`` allocates, ``out`` is None).
     ``into``: per shard, a flat contiguous tensor of its size where its result is written as it
     is decoded (no copy afterwards), or None (a fresh one); returned in place of the shards.
     A destination may be the shard itself (in-place all-reduce): every read of a rank's own
@@ -89,20 +136,34 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
     dec_pool = ThreadPoolExecutor(1, thread_name_prefix="zipccl-ring-decode")
     failure: list[BaseException] = []
 
+    def framed(t, lease=None):
+        """(frame of ``t``, the lease the sender ends once it is sent, or None); ``lease``: of ``t``'s
+        buffer, done once ``t`` is coded (uncompressed, the frame is ``t``'s memory: the sender's)."""
+        if frame_limit is None:
+            return encode(t, None), lease
+        try:
+            out = _Lease(POOL.take(frame_limit(t)))
+            return encode(t, out.buf), out
+        finally:
+            if lease is not None:
+                lease.done()
+
     def sender():
         try:
             n = torch.empty(1, dtype=torch.int64)
             for key in order:
-                payload = slots[key].result()
+                payload, lease = slots[key].result()
                 n[0] = payload.numel()
                 dist.send(n, nxt, group=group)
                 dist.send(payload, nxt, group=group)
+                if lease is not None:
+                    lease.done()
         except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
             failure.append(e)
 
     first = plan_send[0]
     for k, part in enumerate(sl[first[2]]):               # step 0 needs nothing from the ring
-        _forward(enc_pool.submit(encode, part), slots[(first[0], 0, k)])
+        _forward(enc_pool.submit(framed, part), slots[(first[0], 0, k)])
     th = threading.Thread(target=sender, name="zipccl-ring-send", daemon=True)
     th.start()
     pending = []
@@ -115,27 +176,39 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
                 limit = 2 * own.numel() * own.element_size() + 4096
                 if not 0 <= size <= limit:
                     raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
-                buf = torch.empty(size, dtype=torch.uint8)
+                forwarded = ph == "ag" and s + 1 < steps
+                got = _Lease(POOL.take(size), 2 if forwarded else 1)
+                buf = got.buf[:size]
                 dist.recv(buf, prv, group=group)
                 if ph == "rs":
-                    def reduce_slice(buf=buf, own=own):
-                        incoming = torch.empty_like(own)
+                    last = s + 1 == steps
+                    users = (1 + gather) if last else 1   # next hop's encode; or keep, and the gather's
+
+                    def reduce_slice(buf=buf, got=got, own=own, users=users):
+                        total = _Lease(POOL.take(own.numel() * own.element_size()), users)
+                        incoming = total.buf[:own.numel() * own.element_size()].view(own.dtype)
                         decode_into(buf, incoming)
-                        return incoming + own
+                        got.done()
+                        return incoming.add_(own), total  # incoming + own, as the unpipelined ring adds
                     f = dec_pool.submit(reduce_slice)
                     pending.append(f)
-                    if s + 1 < steps:
-                        _forward(enc_pool.submit(lambda f=f: encode(f.result())), slots[("rs", s + 1, k)])
+                    if not last:
+                        _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("rs", s + 1, k)])
                     else:                                 # shard r is complete: it is the result
                         def keep(f, j=j, k=k):
-                            dst[j][k].copy_(f.result())
+                            t, lease = f.result()
+                            dst[j][k].copy_(t)
+                            lease.done()
                         pending.append(dec_pool.submit(keep, f))
                         if gather:
-                            _forward(enc_pool.submit(lambda f=f: encode(f.result())), slots[("ag", 0, k)])
+                            _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])
                 else:
-                    pending.append(dec_pool.submit(decode_into, buf, dst[j][k]))
-                    if s + 1 < steps:
-                        slots[("ag", s + 1, k)].set_result(buf)   # forward the bytes as they came
+                    def decode_slice(buf=buf, got=got, out=dst[j][k]):
+                        decode_into(buf, out)
+                        got.done()
+                    pending.append(dec_pool.submit(decode_slice))
+                    if forwarded:
+                        slots[("ag", s + 1, k)].set_result((buf, got))   # forward the bytes as they came
             if failure:
                 raise failure[0]
         for f in pending:
