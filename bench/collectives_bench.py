@@ -15,7 +15,14 @@ import torch
 import torch.distributed as dist
 
 
-def _data(numel: int, rank: int) -> torch.Tensor:
+def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
+    if kind == "gradients":         # real MiniLM gradients of one backward pass (bench.corpus), flattened:
+        from bench.corpus import build_corpus_f32, tensor_class     # half of them (the word-embedding rows
+                                                                    # of absent tokens) exact zeros
+        grads = build_corpus_f32()
+        flat = np.concatenate([v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"])
+        flat = np.resize(flat, numel)
+        return torch.from_numpy(np.roll(flat, rank * 7919).copy()).to(torch.bfloat16)
     try:
         from pathlib import Path
 
@@ -46,13 +53,14 @@ def main(argv=None) -> int:
     ap.add_argument("--size-mib", type=float, default=64)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--ops", default="all_reduce,all_gather")
+    ap.add_argument("--data", default="weights", choices=["weights", "gradients"])
     a = ap.parse_args(argv)
     dist.init_process_group("gloo")
     import collectives
 
     ws, rank = dist.get_world_size(), dist.get_rank()
     numel = int(a.size_mib * 2**20 / 2)
-    x = _data(numel, rank)
+    x = _data(numel, rank, a.data)
     import codec
 
     ratio = x.numel() * 2 / len(codec.encode(x))
@@ -82,9 +90,9 @@ def main(argv=None) -> int:
                 y.zero_()
                 t_zip = _timed(p2p(True, split), a.reps)
                 flag = torch.tensor([int(rank == 0 or torch.equal(y.view(torch.int16),
-                                                                   _data(numel, 0).view(torch.int16)))])
+                                                                   _data(numel, 0, a.data).view(torch.int16)))])
                 dist.all_reduce(flag, op=dist.ReduceOp.MIN)          # the receiver's check, known to rank 0
-                rows.append({"op": name, "MiB": a.size_mib, "ranks": ws, "ratio": ratio,
+                rows.append({"op": name, "data": a.data, "MiB": a.size_mib, "ranks": ws, "ratio": ratio,
                              "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                              "speedup_vs_torch": t_torch / t_zip, "auto_s": float("nan"), "auto_choice": "-",
                              "auto_vs_best": float("nan"), "link_MBps": link.beta / 1e6, "bit_identical": bool(flag)})
@@ -121,7 +129,7 @@ def main(argv=None) -> int:
         d = collectives.last_decision
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))
-        rows.append({"op": op, "MiB": a.size_mib, "ranks": ws, "ratio": ratio, "torch_gloo_s": t_torch,
+        rows.append({"op": op, "data": a.data, "MiB": a.size_mib, "ranks": ws, "ratio": ratio, "torch_gloo_s": t_torch,
                      "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                      "speedup_vs_torch": t_torch / t_zip, "auto_s": t_auto, "auto_choice": d.choice,
                      "auto_vs_best": t_auto / min(t_torch, t_plain, t_zip),

@@ -3,8 +3,9 @@
     sudo python -m bench.collectives_speed          # -> bench/results/collectives.md, collectives.png
 
 4 ranks, one per network namespace, every link shaped to the same rate with tc/tbf
-(0 = unshaped veth).  For each rate: all_reduce and all_gather of bf16 MiniLM weights
-(rotated per rank), torch's own gloo collective vs zipccl compressed vs the same zipccl
+(0 = unshaped veth).  For each rate: all_reduce and all_gather of bf16 MiniLM weights, or of
+real MiniLM gradients (``rate:size:gradients``: one backward pass, bench.corpus; half exact zeros),
+rotated per rank, torch's own gloo collective vs zipccl compressed vs the same zipccl
 algorithm uncompressed, best of ``--reps``; compressed results are checked bit-identical to
 uncompressed.  All ranks share this machine's 2 cores, so codec time is inflated ~2x against
 a real cluster where each rank has its own cores.
@@ -24,20 +25,26 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--plan", default="100:16,1000:64,10000:64,0:64", help="rate_mbit:size_mib,...")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--plan", default="100:16,1000:64,1000:32,1000:64:gradients,1000:32:gradients,10000:64,0:64",
+                    help="rate_mbit:size_mib[:weights|gradients],...")
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--p2p", default="1000:256", help="rate_mbit:size_mib for the 2-host send/recv run ('' to skip)")
     a = ap.parse_args(argv)
     rows = []
     runs = [(item, a.ranks, "all_reduce,all_gather") for item in a.plan.split(",") if item]
     runs += [(a.p2p, 2, "p2p")] if a.p2p else []
+    if any(item.endswith(":gradients") for item, _, _ in runs):
+        from bench.corpus import build_corpus_f32
+
+        build_corpus_f32(verbose=True)          # computed once here (cached), not by every rank at once
     for item, ranks, ops in runs:
-        rate, size = item.split(":")
+        rate, size, data = (item.split(":") + ["weights"])[:3]
         with Cluster([float(rate)] * ranks) as c:
             # each emulated host gets its share of this machine's cores for the codec
             threads = str(max(1, (os.cpu_count() or 1) // ranks))
             # (torch's intra-op threads too, as torchrun sets OMP_NUM_THREADS=1 for several ranks per node)
-            out = c.run(["-m", "bench.collectives_bench", "--size-mib", size, "--reps", str(a.reps), "--ops", ops],
+            out = c.run(["-m", "bench.collectives_bench", "--size-mib", size, "--reps", str(a.reps), "--ops", ops,
+                         "--data", data],
                         env={"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads})
         for r in json.loads(out[0].strip().splitlines()[-1]):
             r["link_mbit"] = float(rate) or "unshaped"
@@ -45,7 +52,7 @@ def main(argv=None) -> int:
             print(r)
     from bench.ratio import to_markdown
 
-    cols = ["op", "link_mbit", "MiB", "ranks", "ratio", "torch_gloo_s", "zipccl_uncompressed_s",
+    cols = ["op", "data", "link_mbit", "MiB", "ranks", "ratio", "torch_gloo_s", "zipccl_uncompressed_s",
             "zipccl_compressed_s", "speedup_vs_torch", "auto_choice", "auto_s", "auto_vs_best", "bit_identical"]
     table = to_markdown(rows, cols, "{:.3f}")
     RESULTS.mkdir(parents=True, exist_ok=True)

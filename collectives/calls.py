@@ -21,12 +21,14 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
     def op():
         nonlocal compress
         check_agree(tensor, group, "all_gather")
+        ws = dist.get_world_size(group)
         if compress == "auto":
             compress, how = auto.choose("all_gather", tensor, group)
-            if how == "native":
+            # uncompressed, the pipelined ring beats gloo's own all_gather on every link measured
+            # (bench/results/collectives.md), so only small tensors go to torch's
+            if how == "native" and not (ws > 1 and tensor.numel() >= RING_MIN_NUMEL):
                 dist.all_gather(tensor_list, tensor, group=group)
                 return
-        ws = dist.get_world_size(group)
         if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
             flat = tensor.detach().contiguous().view(-1)
             into = [_destination(out, flat) for out in tensor_list]

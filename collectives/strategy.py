@@ -110,10 +110,37 @@ def codec_throughput() -> tuple[float, float]:
     return x.nbytes / te, x.nbytes / td
 
 
+@functools.cache
+def add_throughput() -> float:
+    """Bytes per second of a bfloat16 ``a.add_(b)`` on one thread (the reduction's additions)."""
+    a = torch.zeros(1 << 21, dtype=torch.bfloat16)
+    b = torch.ones_like(a)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a.add_(b)
+        t = time.perf_counter()
+        a.add_(b)
+        dt = time.perf_counter() - t
+    finally:
+        torch.set_num_threads(threads)
+    return a.numel() * a.element_size() / max(dt, 1e-9)
+
+
+SAMPLE_PIECES, SAMPLE_PIECE = 16, 4096
+
+
 def sample_ratio(tensor) -> float:
-    flat = tensor.detach().reshape(-1)[: 1 << 16]
-    if flat.numel() == 0:
+    """The compression ratio of 16 pieces of 4096 values spread over the tensor, coded together (the
+    tensor's head alone misleads: a flattened model's gradient starts with the word embedding's
+    mostly-zero rows)."""
+    flat = tensor.detach().reshape(-1)
+    n = flat.numel()
+    if n == 0:
         return 1.0
+    if n > SAMPLE_PIECES * SAMPLE_PIECE:
+        step = n // SAMPLE_PIECES
+        flat = torch.cat([flat[i * step:i * step + SAMPLE_PIECE] for i in range(SAMPLE_PIECES)])
     return flat.numel() * flat.element_size() / len(codec.encode(flat.contiguous()))
 
 
@@ -133,22 +160,27 @@ def _overlapped(enc_s: float, dec_s: float, cores: float) -> float:
 
 
 def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
-                       cores: float | None = None) -> dict:
+                       cores: float | None = None, add: float | None = None) -> dict:
     """Seconds for the slice-pipelined ring all-reduce of ``nbytes`` per rank: 2(N-1) hops of nbytes/N.
-    The wire, the encode thread and the decode thread overlap, so the slowest of them sets the pace,
-    plus the time to fill the pipeline (one slice through every stage)."""
+    The wire, the encode thread and the decode thread (which also adds) overlap, so the slowest of
+    them sets the pace, plus the time to fill the pipeline (one slice through every stage).  The
+    gather algorithm (every rank's whole stream to every rank, then N-1 local additions) runs its
+    codec and additions after its wire, on the one thread that runs the call."""
     cores = cores_per_rank() if cores is None else cores
+    add = add_throughput() if add is None else add
     n, hops = world, 2 * (world - 1)
     shard = nbytes / n
     plain = hops * (link.alpha + shard / link.beta)
     wire = hops * (link.alpha + shard / (link.beta * ratio))
-    # reduce-scatter: N-1 encodes and decodes; all-gather: one encode (bytes are forwarded), N-1 decodes
+    # reduce-scatter: N-1 encodes, decodes and additions; all-gather: one encode (bytes are forwarded),
+    # N-1 decodes
     enc_s = n * shard / enc
-    dec_s = 2 * (n - 1) * shard / dec
+    dec_s = 2 * (n - 1) * shard / dec + (n - 1) * shard / add
     piece = min(slice_size(int(shard)), shard)
     fill = hops * (piece / enc + piece / dec)
     ring = max(wire, _overlapped(enc_s, dec_s, cores)) + fill
-    gather = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + nbytes / enc + (n - 1) * nbytes / dec
+    gather = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + (
+        nbytes / enc + (n - 1) * nbytes / dec + (n - 1) * nbytes / add) / min(cores, 1.0)
     return {"uncompressed": plain, "compressed-ring": ring, "compressed-gather": gather}
 
 

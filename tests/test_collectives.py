@@ -268,6 +268,23 @@ def test_cost_model_counts_cores_shared_by_ranks(monkeypatch):
     assert strategy.cores_per_rank() >= 1
 
 
+def test_cost_model_samples_the_whole_tensor_and_counts_the_gathers_cpu():
+    """The ratio comes from pieces spread over the tensor (a flattened gradient's head is the word
+    embedding's zero rows), and the gather algorithm's codec and additions, which follow its wire on
+    one thread, do not beat the pipelined ring where ranks share cores (measured: 3.4x slower)."""
+    import codec
+    from collectives import strategy
+
+    x = torch.randn(1 << 22) * 0.02
+    x[:1 << 20] = 0
+    x = x.to(torch.bfloat16)
+    whole = x.numel() * 2 / len(codec.encode(x))
+    assert strategy.sample_ratio(x) < 2 * whole                 # the head alone: one CONST chunk, ~10^4
+    link = strategy.Link(alpha=1e-4, beta=125e6)
+    pred = strategy.predict_all_reduce(64 << 20, 4, link, 4.35, 2e9, 3.5e9, cores=0.5, add=2e9)
+    assert pred["compressed-ring"] < pred["compressed-gather"] < pred["uncompressed"] * 2
+
+
 def test_dead_rank_raises_clear_error():
     res = _run(case_dead, 2)
     assert "a rank died or the group timed out" in res[0], res
