@@ -106,7 +106,8 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
     Returns the list of shards: with ``gather`` all of them final, otherwise only this rank's.
     ``encode(t, out) -> uint8 tensor``, ``decode_into(buf, out)`` are the framing functions;
     ``frame_limit(t)``: the most bytes ``encode`` can write for ``t``, which it then writes into
-    ``out``, a pooled buffer of that size (None: ``encode`` allocates, ``out`` is None).
+    ``out``, a pooled buffer of that size; each frame is preceded by its size.  None: uncompressed
+    frames, ``t``'s own bytes (``out`` is None), whose size the receiver knows.
     ``into``: per shard, a flat contiguous tensor of its size where its result is written as it
     is decoded (no copy afterwards), or None (a fresh one); returned in place of the shards.
     A destination may be the shard itself (in-place all-reduce): every read of a rank's own
@@ -153,8 +154,9 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
             n = torch.empty(1, dtype=torch.int64)
             for key in order:
                 payload, lease = slots[key].result()
-                n[0] = payload.numel()
-                dist.send(n, nxt, group=group)
+                if frame_limit is not None:               # uncompressed frames: the receiver knows the size
+                    n[0] = payload.numel()
+                    dist.send(n, nxt, group=group)
                 dist.send(payload, nxt, group=group)
                 if lease is not None:
                     lease.done()
@@ -171,11 +173,12 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
         n = torch.empty(1, dtype=torch.int64)
         for ph, s, j in plan_recv:
             for k, own in enumerate(sl[j]):
-                dist.recv(n, prv, group=group)
-                size = int(n)
-                limit = 2 * own.numel() * own.element_size() + 4096
-                if not 0 <= size <= limit:
-                    raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
+                size = own.numel() * own.element_size()
+                if frame_limit is not None:
+                    dist.recv(n, prv, group=group)
+                    size, limit = int(n), frame_limit(own)
+                    if not 0 <= size <= limit:
+                        raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
                 forwarded = ph == "ag" and s + 1 < steps
                 got = _Lease(POOL.take(size), 2 if forwarded else 1)
                 buf = got.buf[:size]
