@@ -256,6 +256,13 @@ def _stats(vals, m, E, M):
     return n_zero, n_log, s1, s2, np.int64(orlow) & lowmask
 
 
+@njit(cache=True, inline="always")
+def _symbol_residual(w, symtab, E, M, shift):
+    """A non-ZERO word's (symbol or ESC, residual: sign and low mantissa bits less ``shift``)."""
+    return (symtab[(w >> (M - 1)) & ((2 << E) - 1)],
+            (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift))
+
+
 @njit(cache=True)
 def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk):
     """Symbols and residuals of values ``[lo, hi)`` of a chunk with ZERO symbols one at a time (+0 is
@@ -274,10 +281,9 @@ def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, r
         if w == 0:
             sym[i] = SYM_ZERO
             continue
-        sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
+        sy, res = _symbol_residual(w, symtab, E, M, shift)
         sym[i] = sy
         n_esc += sy == SYM_ESC
-        res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
         for b in range(full):
             plane[b * n_sm + kk] = (res >> (8 * b)) & 0xFF
         if rem:
@@ -359,10 +365,9 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
         tail_esc = 0
         for i in range(g16, m):
             w = np.int64(vals[i])
-            sy = symtab[(w >> (M - 1)) & ((2 << E) - 1)]
+            sy, res = _symbol_residual(w, symtab, E, M, shift)
             sym[i] = sy
             tail_esc += sy == SYM_ESC
-            res = (((w >> (E + M)) & 1) << (M - 1 - shift)) | ((w & ((1 << (M - 1)) - 1)) >> shift)
             for b in range(full):
                 plane[b * m + i] = (res >> (8 * b)) & 0xFF
             acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc

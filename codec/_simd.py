@@ -344,15 +344,19 @@ def _scratch16(builder):
     return slot
 
 
+def _register_move(builder, kind, v, mask):
+    """vpcompressd / vpexpandd (``kind`` "compress" / "expand") of i32 lanes, register form, zero-filled."""
+    fn = _declare(builder, f"llvm.x86.avx512.mask.{kind}.v{LANES}i32", _vec(_I32), [_vec(_I32)] * 2 + [_vec(_I1)])
+    return builder.call(fn, [v, _splat(_I32, 0), mask])
+
+
 def _compress_lanes(builder, v, mask):
     """The ``mask`` lanes of ``v`` (i32) moved to the front in lane order, the other lanes 0.  The
     register form of vpcompressd where the stream moves are register forms (its memory form is
     microcoded on Zen 4), else a compress-store to the stack and a reload."""
     zero = _splat(_I32, 0)
     if STREAM_MOVES == "register":
-        fn = _declare(builder, f"llvm.x86.avx512.mask.compress.v{LANES}i32", _vec(_I32),
-                      [_vec(_I32), _vec(_I32), _vec(_I1)])
-        return builder.call(fn, [v, zero, mask])
+        return _register_move(builder, "compress", v, mask)
     slot = _scratch16(builder)
     ptr = builder.bitcast(slot, _I32.as_pointer())
     fn = _declare(builder, f"llvm.masked.compressstore.v{LANES}i32", ir.VoidType(),
@@ -366,9 +370,7 @@ def _expand_lanes(builder, v, mask):
     other lanes 0 (the inverse of :func:`_compress_lanes`; vpexpandd, register form or from the stack)."""
     zero = _splat(_I32, 0)
     if STREAM_MOVES == "register":
-        fn = _declare(builder, f"llvm.x86.avx512.mask.expand.v{LANES}i32", _vec(_I32),
-                      [_vec(_I32), _vec(_I32), _vec(_I1)])
-        return builder.call(fn, [v, zero, mask])
+        return _register_move(builder, "expand", v, mask)
     slot = _scratch16(builder)
     builder.store(v, slot, align=64)
     fn = _declare(builder, f"llvm.masked.expandload.v{LANES}i32", _vec(_I32),
