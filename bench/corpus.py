@@ -2,7 +2,7 @@
 
 ``build_corpus()`` returns ``[(name, array), ...]`` where ``name`` is
 ``"<class>/<tensor>@<dtype>"`` and ``class`` is one of ``weights``,
-``activations``, ``gradients``, ``synthetic``.  Arrays are NumPy arrays of
+``activations``, ``gradients``, ``optimizer``, ``flat``, ``synthetic``.  Arrays are NumPy arrays of
 the requested dtype (``bfloat16`` / float8 via ``ml_dtypes``).
 
 Contents (all computed once in float32, then cast with round-to-nearest-even
@@ -32,6 +32,15 @@ flush to zero -- that is kept, it is real data):
   [-1, 1]) from ``torch.Generator().manual_seed(0)``.  The word-embedding
   gradient is mostly exact zeros (rows of tokens absent from the batch), and
   token-type row 1 is zero too: deliberately kept.
+* ``optimizer/exp_avg.<param>``, ``optimizer/exp_avg_sq.<param>``: torch's AdamW
+  moments (lr 1e-4, betas (0.9, 0.999), weight decay 0.01) after ``_ADAM_STEPS``
+  real steps of that loss, each on its own quarter of the batch, starting from
+  the pretrained weights.  ``exp_avg_sq`` is positive and spans many binades
+  (in float16 most of it underflows to zero: real, and kept).
+* ``flat/gradients``, ``flat/exp_avg``, ``flat/exp_avg_sq``: the whole model's
+  gradient and moments concatenated in parameter order, as a flattened
+  bucket, a sharded optimizer state or a DiLoCo pseudo-gradient carries them
+  (built from the per-tensor arrays when the corpus is read, not cached twice).
 * ``synthetic/...``: ``synthetic_numel`` i.i.d. values each: Gaussian with
   sigma in {1e-3, 0.02, 1.0, 300.0}; Laplace (scale 0.02); Student-t df=3
   (scale 0.02); zero-inflated Gaussian (90% exact +0.0, rest N(0, 0.02)).
@@ -53,10 +62,10 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-CLASSES = ("weights", "activations", "gradients", "synthetic")
+CLASSES = ("weights", "activations", "gradients", "optimizer", "flat", "synthetic")
 
 CACHE_PATH = Path(__file__).resolve().parent / ".cache" / "corpus_f32.npz"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 # (exponent bits, mantissa bits) per supported dtype name.
 FLOAT_FORMATS = {
@@ -80,6 +89,7 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 _BATCH = 32
 _MAX_TOKENS = 128
 _HOOK_LAYERS = (0, 5)
+_ADAM_STEPS = 4
 
 # Standard-library modules whose docstrings provide the English text.
 _TEXT_MODULES = (
@@ -172,7 +182,7 @@ def exponent_entropy_bound(x: np.ndarray) -> float:
 # --------------------------------------------------------------------------
 
 def tensor_class(name: str) -> str:
-    """'weights' / 'activations' / 'gradients' / 'synthetic' for a corpus name."""
+    """The class (one of CLASSES) of a corpus name."""
     cls = name.split("/", 1)[0]
     if cls not in CLASSES:
         raise ValueError(f"not a corpus name: {name!r}")
@@ -302,6 +312,45 @@ def _build_model_part() -> dict[str, np.ndarray]:
         if p.grad is None:
             raise RuntimeError(f"no gradient for {pname}")
         out[f"gradients/{pname}"] = p.grad.detach().numpy().astype(np.float32, copy=True)
+    out.update(_adamw_moments(model, enc, gen))
+    return out
+
+
+def _adamw_moments(model, enc, gen) -> dict[str, np.ndarray]:
+    """AdamW's ``exp_avg``/``exp_avg_sq`` after ``_ADAM_STEPS`` real steps of the corpus loss, step
+    ``s`` on the ``s``-th slice of the batch (fresh random targets per step)."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), weight_decay=0.01)
+    n = enc["input_ids"].shape[0]
+    per = max(1, n // _ADAM_STEPS)
+    for s in range(_ADAM_STEPS):
+        part = {k: v[s * per:(s + 1) * per] for k, v in enc.items()}
+        res = model(**part)
+        mask = part["attention_mask"].unsqueeze(-1).to(torch.float32)
+        emb = torch.nn.functional.normalize((res.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1.0), dim=-1)
+        t1 = torch.nn.functional.normalize(torch.randn(emb.shape, generator=gen), dim=-1)
+        t2 = torch.rand(res.pooler_output.shape, generator=gen) * 2 - 1
+        loss = ((emb - t1) ** 2).sum(-1).mean() + ((res.pooler_output - t2) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    out = {}
+    for pname, p in model.named_parameters():
+        state = opt.state[p]
+        for key in ("exp_avg", "exp_avg_sq"):
+            out[f"optimizer/{key}.{pname}"] = state[key].detach().numpy().astype(np.float32, copy=True)
+    return out
+
+
+def _flattened(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The ``flat`` class: whole-model gradient and moments, concatenated in parameter order."""
+    grads = [k for k in data if k.startswith("gradients/")]
+    out = {"flat/gradients": np.concatenate([data[k].ravel() for k in grads])}
+    for key in ("exp_avg", "exp_avg_sq"):
+        names = [f"optimizer/{key}.{k.split('/', 1)[1]}" for k in grads]
+        if all(n in data for n in names):
+            out[f"flat/{key}"] = np.concatenate([data[n].ravel() for n in names])
     return out
 
 
@@ -367,6 +416,7 @@ def build_corpus_f32(*, synthetic_numel: int = 1 << 22, seed: int = 0,
         dirty = True
     if cache and dirty:
         _save_cache(CACHE_PATH, meta, data)
+    data.update(_flattened(data))
     order = {c: i for i, c in enumerate(CLASSES)}
     data = dict(sorted(data.items(), key=lambda kv: order[tensor_class(kv[0])]))  # stable
     if verbose:
@@ -381,7 +431,7 @@ def build_corpus(*, dtypes=("bfloat16", "float16", "float32"),
 
     Every float32 original is cast to every dtype in ``dtypes`` (any of
     bfloat16, float16, float32, float8_e4m3fn, float8_e5m2).  Order: class
-    (weights, activations, gradients, synthetic), then tensor, then dtype.
+    (weights, activations, gradients, optimizer, flat, synthetic), then tensor, then dtype.
     """
     dtypes = tuple(dtypes)
     for d in dtypes:

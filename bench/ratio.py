@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import codec
-from bench.corpus import build_corpus, exponent_entropy_bound
+from bench.corpus import CLASSES, build_corpus, exponent_entropy_bound, tensor_class
 from bench.peers import available_peers
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -108,13 +108,30 @@ def to_markdown(rows, cols, fmt="{:.4f}") -> str:
     return "\n".join(lines)
 
 
+def _write_csv(path: Path, rows, cols) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small embedded synthetic input; print only")
     ap.add_argument("--chunk-size", type=int, default=None, help="default: the codec's per-dtype default")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--classes", default=None,
+                    help=f"comma-separated subset of {','.join(CLASSES)} (prints only, like --quick)")
+    ap.add_argument("--dtypes", default="bfloat16,float16,float32")
+    ap.add_argument("--csv", type=Path, default=None, help="also write every tensor's row here")
     args = ap.parse_args(argv)
-    corpus = _quick_corpus() if args.quick else build_corpus(dtypes=("bfloat16", "float16", "float32"))
+    if args.quick:
+        corpus = _quick_corpus()
+    else:
+        corpus = build_corpus(dtypes=tuple(args.dtypes.split(",")))
+        if args.classes:
+            keep = set(args.classes.split(","))
+            corpus = [(n, x) for n, x in corpus if tensor_class(n) in keep]
     peers = list(available_peers(verbose=False))
     rows = run(corpus, chunk_size=args.chunk_size)
     summary = summarize(rows, peers)
@@ -123,14 +140,15 @@ def main(argv=None) -> int:
     print(table)
     losses = [r for r in rows if r["margin_vs_best_peer"] < 0]
     print(f"\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors")
-    if args.quick:
+    cols = ["tensor", "numel", "zipccl", *peers, "bound", "best_peer", "margin_vs_best_peer", "gap_to_bound"]
+    if args.csv:
+        _write_csv(args.csv, rows, cols)
+    if args.quick or args.classes:
+        for r in sorted(losses, key=lambda r: r["margin_vs_best_peer"])[:15]:
+            print(f"  {r['tensor']}: {r['zipccl']:.4f} vs {r['best_peer']} {r[r['best_peer']]:.4f}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    cols = ["tensor", "numel", "zipccl", *peers, "bound", "best_peer", "margin_vs_best_peer", "gap_to_bound"]
-    with open(args.out / "ratio.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    _write_csv(args.out / "ratio.csv", rows, cols)
     worst = sorted(rows, key=lambda r: r["margin_vs_best_peer"])[:25]
     (args.out / "ratio.md").write_text(
         "# Compression ratio: zipccl vs peers\n\n"
