@@ -23,7 +23,8 @@ from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SY
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
                      FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
-                     VALUES_PER_LANE, ZERO_BLOCK_MODES, Header, chunk_fault, crc32c, parse_chunk_head)
+                     SIGN_NEGATIVE, SIGN_POSITIVE, SIGN_STORED, VALUES_PER_LANE, ZERO_BLOCK_MODES, Header,
+                     chunk_fault, crc32c, parse_chunk_head)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
@@ -35,8 +36,9 @@ assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with 
 
 _HEAD = CHUNK_HEAD.size
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
-_CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_RESERVED, _CH_NSM, _CH_NESC, _CH_NWORDS = (
-    CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "reserved", "n_sm", "n_esc", "n_words"))
+_CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_RESERVED, _CH_NSM, _CH_NESC, _CH_NWORDS = (
+    CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "reserved", "n_sm", "n_esc",
+                                   "n_words"))
 _N_ZL = len(ZERO_LEVELS)
 _MODE_A, _MODE_B = ZERO_BLOCK_MODES
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
@@ -197,13 +199,14 @@ def _put_escapes(out, p, vals, sym, lo, hi, E, M):
 
 
 @njit(cache=True, inline="always")
-def _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
+def _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
     """A CODED payload's chunk header, zero-block bitmap and final rANS states; returns the offset after them."""
     _put16(out, _CH_CODEBOOK, cb)
     _put16(out, _CH_REF, ref & 0xFFFF)
     out[_CH_SHIFT] = shift
     out[_CH_MODE] = mode
-    _put16(out, _CH_RESERVED, 0)
+    out[_CH_SIGN] = sign
+    out[_CH_RESERVED] = 0
     _put32(out, _CH_NSM, n_sm)
     _put32(out, _CH_NESC, n_esc)
     _put32(out, _CH_NWORDS, n_words)
@@ -219,13 +222,14 @@ def _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, 
 @njit(cache=True)
 def _stats(vals, m, E, M):
     """The integer statistics the codebook is chosen from: zeros, non-zero magnitudes, sum and sum
-    of squares of their log2 in exponent units (a subnormal's from its bit length), and the OR of
-    the low mantissa bits.  16 values at a time (per-lane sums, added up at the end), then the tail."""
+    of squares of their log2 in exponent units (a subnormal's from its bit length), the OR of the low
+    mantissa bits and the count of set sign bits.  16 values at a time (per-lane sums, added up at the
+    end), then the tail."""
     emask = (1 << E) - 1
     mmask = (1 << M) - 1
     lowmask = (1 << (M - 1)) - 1
     magmask = (1 << (E + M)) - 1
-    acc32 = _private(4 * LANES, 0, np.int32)
+    acc32 = _private(5 * LANES, 0, np.int32)
     acc64 = _private(LANES, 0, np.int64)
     g16 = m - m % LANES
     em = (E << 8) | M
@@ -236,7 +240,9 @@ def _stats(vals, m, E, M):
     s1 = 0
     s2 = 0
     orlow = 0
+    n_neg = 0
     for j in range(LANES):
+        n_neg += acc32[4 * LANES + j]
         n_zero += acc32[j]
         n_log += acc32[LANES + j]
         s1 += acc32[2 * LANES + j]
@@ -253,7 +259,17 @@ def _stats(vals, m, E, M):
         s1 += lg
         s2 += lg * lg
         orlow |= w & lowmask
-    return n_zero, n_log, s1, s2, np.int64(orlow) & lowmask
+        n_neg += (w >> (E + M)) & 1
+    return n_zero, n_log, s1, s2, np.int64(orlow) & lowmask, n_neg
+
+
+@njit(cache=True, inline="always")
+def _sign_mode(n_neg, n_sm):
+    """The chunk's sign mode (codec.format.SIGN_*) from its negative values and plane values: every
+    negative value is in the plane (+0 is the only ZERO symbol)."""
+    if n_neg == 0:
+        return SIGN_POSITIVE
+    return SIGN_NEGATIVE if n_neg == n_sm else SIGN_STORED
 
 
 @njit(cache=True, inline="always")
@@ -297,11 +313,13 @@ def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, r
 
 
 @njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero):
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign):
     """_code_values for chunks of 16 or 32 lanes, 16 values at a time: symbols and residual plane in
     one forward SIMD pass, then the rANS rounds backwards with the flushed words stored downwards
     from the end of ``wbuf`` (so they end in stream order).  ``n_zero``: the chunk's ZERO symbols
-    (its +0 values, where the codebook codes them): their lanes are compressed out of the plane."""
+    (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
+    ``sign``: the sign mode; the plane's width leaves out a sign it gives (the residual's sign bit
+    then sits just above the fields written, which never include it)."""
     k = _lanes(m)
     n_sm = m - n_zero
     symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
@@ -320,7 +338,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for j in range(2 * WINDOW):
         if f[SYM_WINDOW0 + j] > 0:
             symwin[j] = SYM_WINDOW0 + j
-    width = M - shift
+    width = M - shift - (sign != SIGN_STORED)
     full = width // 8
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
@@ -437,7 +455,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
     # payload: header, bitmap, states, words, plane, escapes
-    p = _put_head(out, cb, ref, shift, mode, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
     copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
     copy_bytes(out, p, plane, 0, nplane)
@@ -459,7 +477,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     emask = (1 << E) - 1
     lowmask = (1 << (M - 1)) - 1
     sign_shift = E + M
-    n_zero, n_log, s1, s2, orlow = _stats(vals, m, E, M)
+    n_zero, n_log, s1, s2, orlow, n_neg = _stats(vals, m, E, M)
     n_zero_out[0] = n_zero
     cb, ref = _select(m, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds)
     f = np.empty(N_SYMBOLS, np.int64)
@@ -469,9 +487,10 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
         shift += 1
     zero_ok = f[SYM_ZERO] > 0
+    sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
     if _lanes(m) % LANES == 0:
         return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
-                           n_zero if zero_ok else 0)
+                           n_zero if zero_ok else 0, sign)
     n_sm = 0
     n_esc = 0
     for i in range(m):
@@ -516,15 +535,16 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
             xl = xl >> (16 * need)
             q = np.int64(xl * inv[s] + 6.103515625e-05)
             x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
-    size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, M - shift) + 2 * n_esc
+    width = M - shift - (sign != SIGN_STORED)
+    size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, width) + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
-    p = _put_head(out, cb, ref, shift, mode, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
     for t in range(cnt):
         _put16(out, p, wbuf[cnt - 1 - t])
         p += 2
-    # residual plane: width M - shift = full byte planes + rem bits packed little-endian
-    width = M - shift
+    # residual plane: ``width`` bits = full byte planes + rem bits packed little-endian (a sign the
+    # sign mode gives is the residual's bit ``width``: never written)
     full = width // 8
     rem = width % 8
     plane_start = p
@@ -865,8 +885,8 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
 
 # fields of a coded chunk's decode parameters (``prm``), filled by _open_chunk
 (_P_N, _P_NCODED, _P_K, _P_WP, _P_WEND, _P_PLANE, _P_ESC, _P_NSM, _P_NESC, _P_FULL, _P_REM, _P_SHIFT, _P_REF,
- _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED) = range(20)
-_N_PRM = 20
+ _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED, _P_SIGN) = range(21)
+_N_PRM = 21
 
 
 @njit(cache=True, inline="always")
@@ -919,8 +939,8 @@ _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
-def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
-    """Validate coded payload ``buf[a:b]`` of ``n`` values; fill ``prm``, the slot table ``tab``
+def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
+    """Validate coded payload ``buf[a:b]`` of ``n`` values (of a format-``version`` stream); fill ``prm``, the slot table ``tab``
     (TOTAL + LANES entries, then the ranked table where the rounds use it) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
         return FAULT_SHORT
@@ -930,11 +950,13 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
         ref -= 65536
     shift = np.int64(buf[a + _CH_SHIFT])
     mode = np.int64(buf[a + _CH_MODE])
-    reserved = _get16(buf, a + _CH_RESERVED)
+    sign = np.int64(buf[a + _CH_SIGN])
+    reserved = np.int64(buf[a + _CH_RESERVED])
     n_sm = _get32(buf, a + _CH_NSM)
     n_esc = _get32(buf, a + _CH_NESC)
     n_words = _get32(buf, a + _CH_NWORDS)
-    if reserved != 0 or (mode != 0 and mode != _MODE_A and mode != _MODE_B):
+    max_sign = SIGN_NEGATIVE if version >= 2 else SIGN_STORED
+    if reserved != 0 or (mode != 0 and mode != _MODE_A and mode != _MODE_B) or sign > max_sign:
         return FAULT_MODE
     if shift > M - 1:
         return FAULT_SHIFT
@@ -961,7 +983,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         return FAULT_COUNTS
     k = _lanes(n_coded)
-    width = M - shift
+    width = M - shift - (sign != SIGN_STORED)
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
         return FAULT_SIZE
@@ -1011,13 +1033,22 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x):
     prm[_P_VSAFE] = v_safe
     prm[_P_FAST] = n_coded // k if k % LANES == 0 else 0     # full rounds the SIMD path may take
     prm[_P_RANKED] = ranked
+    prm[_P_SIGN] = sign
     return 0
 
 
 @njit(cache=True, inline="always")
-def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, E, M, out, ranked):
-    """rans_decode16_values, specialised (literal layout arguments) for each dtype's unshifted plane."""
-    if shift == 0:
+def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, E, M, out, ranked):
+    """rans_decode16_values, specialised (literal layout arguments) for each dtype's unshifted plane,
+    with the sign stored or (bf16, fp16, fp32) positive; ``em``: E << 8 | M, | 1 << 16 for negative chunks."""
+    if shift == 0 and em == (E << 8) | M and full * 8 + rem == M - 1:
+        if E == 8 and M == 7:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 6, 0, ref, 0x807, out, ranked)
+        if E == 5 and M == 10:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 1, 1, 0, ref, 0x50A, out, ranked)
+        if E == 8 and M == 23:
+            return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 2, 6, 0, ref, 0x817, out, ranked)
+    if shift == 0 and em == (E << 8) | M and full * 8 + rem == M:
         if E == 8 and M == 7:
             return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 7, 0, ref, 0x807, out, ranked)
         if E == 5 and M == 10:
@@ -1028,8 +1059,7 @@ def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift,
             return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 3, 0, ref, 0x403, out, ranked)
         if E == 5 and M == 2:
             return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 2, 0, ref, 0x502, out, ranked)
-    return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, (E << 8) | M, out,
-                                ranked)
+    return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out, ranked)
 
 
 @njit(cache=True, inline="always")
@@ -1043,7 +1073,8 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm
     for h in range(0, k, LANES):
         at = base + h
         if dense and done == at and at + LANES <= v_safe:
-            ret = _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, E, M, out, ranked)
+            ret = _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, E, M, out,
+                                   ranked)
             wp = ret & _MASK62
             if ret >> 62:            # ESC or ZERO lanes: escapes by SIMD, the rest one value at a time
                 ke_esc = values16_escaped(buf, sym, at, plane, n_sm, full, rem, shift, ref, em, out, prm[_P_ESC], ke,
@@ -1115,7 +1146,9 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     rem = prm[_P_REM]
     shift = prm[_P_SHIFT]
     ref = prm[_P_REF]
-    em = (E << 8) | M
+    neg = np.int64(prm[_P_SIGN] == SIGN_NEGATIVE)
+    em = (E << 8) | M | (neg << 16)
+    negbit = neg << (M - 1 - shift)            # a negative chunk's sign, where the residual has it
     # groups of 16 symbols (window or ZERO) whose residuals kk..kk+15 can be read 16 at a time inside buf
     kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
     if full:
@@ -1163,7 +1196,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
             lead = (sy - SYM_WINDOW0) & 1
         if e < 0 or e > top:
             return FAULT_EXPONENT
-        out[oi] = _value(_residual(buf, plane, n_sm, full, rem, kk), e, lead, E, M, shift)
+        out[oi] = _value(_residual(buf, plane, n_sm, full, rem, kk) | negbit, e, lead, E, M, shift)
         kk += 1
         oi += 1
     if kk != n_sm or ke != n_esc:
@@ -1206,6 +1239,7 @@ def _values_dense(buf, sym, lo, hi, prm, ke, E, M, out):
     are consumed before ``lo``.  Returns the escapes consumed by ``hi``, or minus an error code."""
     top = (1 << E) - 1
     shift = prm[_P_SHIFT]
+    negbit = np.int64(prm[_P_SIGN] == SIGN_NEGATIVE) << (M - 1 - shift)
     for i in range(lo, hi):
         sy = np.int64(sym[i])
         if sy == SYM_ESC:
@@ -1222,8 +1256,8 @@ def _values_dense(buf, sym, lo, hi, prm, ke, E, M, out):
             lead = (sy - SYM_WINDOW0) & 1
         if e < 0 or e > top:
             return -FAULT_EXPONENT
-        out[i] = _value(_residual(buf, prm[_P_PLANE], prm[_P_NSM], prm[_P_FULL], prm[_P_REM], i), e, lead, E, M,
-                        shift)
+        out[i] = _value(_residual(buf, prm[_P_PLANE], prm[_P_NSM], prm[_P_FULL], prm[_P_REM], i) | negbit, e, lead,
+                        E, M, shift)
     return ke
 
 
@@ -1246,7 +1280,7 @@ def _copy_chunk(buf, a, kind, n, itemsize, dst):
 
 @njit(cache=True, inline="always")
 def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out,
-                 errors):
+                 errors, version):
     """Chunks ``2*pair`` and ``2*pair + 1``: the SIMD rounds of both alternate in one loop, so one
     chunk's table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a
     time).  Inlined into a kernel per dtype, where ``itemsize``/``E``/``M`` are constants and only
@@ -1268,7 +1302,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
             _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
             continue
         err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t],
-                          x[t * MAX_LANES:(t + 1) * MAX_LANES])
+                          x[t * MAX_LANES:(t + 1) * MAX_LANES], version)
         errors[j] = err
         coded[t] = err == 0
     j0 = 2 * pair
@@ -1282,7 +1316,8 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     t1 = tab[1]
     s0 = sym[0]
     s1 = sym[1]
-    em = (E << 8) | M
+    em0 = (E << 8) | M | (np.int64(p0[_P_SIGN] == SIGN_NEGATIVE) << 16)     # the sign flag: codec._simd
+    em1 = (E << 8) | M | (np.int64(p1[_P_SIGN] == SIGN_NEGATIVE) << 16)
     # chunk 0 / chunk 1 parameters, unpacked into locals
     wp0, wend0, fast0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0, ref0 = (
         p0[_P_WP], p0[_P_WEND], p0[_P_FAST], p0[_P_K], p0[_P_DENSE], p0[_P_VSAFE], p0[_P_PLANE], p0[_P_NSM],
@@ -1307,21 +1342,21 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     go1 = coded[1] and r1 < fast1 and wp1 <= wl1
     while go0 and go1:
         wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                  ref0, em, p0, E, M, o0, rk0)
+                                  ref0, em0, p0, E, M, o0, rk0)
         wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                  ref1, em, p1, E, M, o1, rk1)
+                                  ref1, em1, p1, E, M, o1, rk1)
         r0 += 1
         r1 += 1
         go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
         go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     while go0:
         wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                  ref0, em, p0, E, M, o0, rk0)
+                                  ref0, em0, p0, E, M, o0, rk0)
         r0 += 1
         go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
     while go1:
         wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                  ref1, em, p1, E, M, o1, rk1)
+                                  ref1, em1, p1, E, M, o1, rk1)
         r1 += 1
         go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     if coded[0]:
@@ -1339,13 +1374,13 @@ def _decoder(lay: FloatLayout):
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
 
-        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors):
+        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, version):
             # every thread claims the next pair of chunks until none is left
             n_pairs = (len(kinds) + 1) // 2
             pair = fetch_add(ctl, 0, 1)
             while pair < n_pairs:
                 _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
-                             freqs, out, errors)
+                             freqs, out, errors, version)
                 pair = fetch_add(ctl, 0, 1)
 
         kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(decode_all)
@@ -1364,7 +1399,8 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     errors = np.zeros(len(chunks), np.int64)
     threads = min(get_num_threads(), (len(chunks) + 1) // 2)
     run(_decoder(lay), threads, _counters(1), mv, starts.astype(np.int64), ends.astype(np.int64),
-        _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors)
+        _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors,
+        h.version)
     bad = np.flatnonzero(errors)
     if len(bad):
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])

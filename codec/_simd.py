@@ -532,16 +532,19 @@ def _window_t(builder, s, refv):
 
 
 def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv, zero=None):
-    """``arr[at:at+16] = (res >> (M-1-shift)) << (E+M) | t << (M-1) | (res & low mask) << shift``
-    (+0 in the ``zero`` lanes, if given)."""
+    """``arr[at:at+16] = ((res >> (M-1-shift)) | neg) << (E+M) | t << (M-1) | (res & low mask) << shift``
+    (+0 in the ``zero`` lanes, if given); ``em = E << 8 | M | neg << 16``: ``neg`` is set for a chunk
+    of sign mode NEGATIVE (its plane has no sign bits)."""
     vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
-    e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
+    e_w = vec32(builder.and_(builder.lshr(emv, ir.Constant(_I64, 8)), ir.Constant(_I64, 0xFF)))
     m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
+    neg = vec32(builder.lshr(emv, ir.Constant(_I64, 16)))
     sh = vec32(shiftv)
     one = _splat(_I32, 1)
     ssr = builder.sub(builder.sub(m_w, one), sh)
     low = builder.and_(res, builder.sub(builder.shl(one, ssr), one))
-    val = builder.or_(builder.shl(builder.lshr(res, ssr), builder.add(e_w, m_w)), builder.shl(t, builder.sub(m_w, one)))
+    sign = builder.or_(builder.lshr(res, ssr), neg)
+    val = builder.or_(builder.shl(sign, builder.add(e_w, m_w)), builder.shl(t, builder.sub(m_w, one)))
     val = builder.or_(val, builder.shl(low, sh))
     if zero is not None:
         val = builder.select(zero, _splat(_I32, 0), val)
@@ -576,7 +579,8 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
                            take, exact=True)
         t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
         top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
-            builder.lshr(emv, ir.Constant(_I64, 8)), _I32))), _splat(_I32, 1))          # 2 * top + 1
+            builder.and_(builder.lshr(emv, ir.Constant(_I64, 8)), ir.Constant(_I64, 0xFF)), _I32))),
+            _splat(_I32, 1))                                                               # 2 * top + 1
         bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)), builder.icmp_unsigned(">", t, top2))
         any_bad = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
                               builder.not_(enough))
@@ -913,12 +917,12 @@ def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos)
 @intrinsic
 def stats16(typingctx, words, at, em, acc32, acc64):
     """Accumulate the codebook statistics of ``words[at:at+16]`` per lane.  Scalar equivalent, value
-    ``w`` in lane j (``acc32`` rows: zeros, non-zero magnitudes, sum of log2, OR of low bits)::
+    ``w`` in lane j (``acc32`` rows: zeros, non-zero magnitudes, sum of log2, OR of low bits, signs)::
 
         nz = w & (1 << (E+M)) - 1 != 0;   e = w >> M & (1 << E) - 1
         lg = (e if e else bit_length(w & (1 << M) - 1 | 1) - M) if nz else 0
         acc32[j] += w == 0;  acc32[16+j] += nz;  acc32[32+j] += lg;  acc32[48+j] |= w & (1 << (M-1)) - 1
-        acc64[j] += lg * lg
+        acc32[64+j] += w >> (E+M) & 1;  acc64[j] += lg * lg
     """
     sig = types.void(words, at, em, acc32, acc64)
 
@@ -939,8 +943,12 @@ def stats16(typingctx, words, at, em, acc32, acc64):
         nz = builder.icmp_unsigned("!=", builder.and_(w, mask(builder.add(e_w, m_w))), zero)
         lg = builder.select(nz, builder.select(builder.icmp_unsigned("!=", e, zero), e, sub), zero)
         p32 = builder.bitcast(_data(context, builder, st[3], a32), _I32.as_pointer())
-        rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)), lg)
+        sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
+        rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)), lg,
+                None, sign)
         for r, v in enumerate(rows):
+            if v is None:
+                continue
             ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 16 * r)]), _vec(_I32).as_pointer())
             builder.store(builder.add(builder.load(ptr, align=4), v), ptr, align=4)
         ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 48)]), _vec(_I32).as_pointer())

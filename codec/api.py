@@ -447,10 +447,11 @@ def inspect(buf) -> dict:
             info.update(codebook=hd.codebook, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES,
                         zero_level=ZERO_LEVELS[z], ref_exponent=hd.ref - lay.bias, escapes=hd.n_esc,
                         zeros=n - hd.n_sm, dropped_mantissa_bits=hd.shift,
-                        zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded)
+                        zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded,
+                        sign=fmt.SIGN_NAMES[hd.sign])
         chunks.append(info)
     numel = h.numel
-    return {"format_version": fmt.FORMAT_VERSION, "dtype": lay.name, "shape": h.shape, "numel": numel,
+    return {"format_version": h.version, "dtype": lay.name, "shape": h.shape, "numel": numel,
             "chunk_size": h.chunk_size, "n_chunks": h.n_chunks, "checksum": h.checksum,
             "nbytes": total, "raw_nbytes": numel * lay.itemsize,
             "ratio": numel * lay.itemsize / total if total else math.inf,

@@ -1,10 +1,10 @@
-"""The zipccl stream format, version 1: defined here and nowhere else.
+"""The zipccl stream format, versions 1 and 2: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (1)
+    4       1         format version (2; 1 is still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
     6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor
     7       1         ndim (<= 32)
@@ -23,7 +23,7 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
     KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
-    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u16 reserved (0)
+    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 reserved (0)
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
                 | mode 0: nothing; mode m in ZERO_BLOCK_MODES: a bitmap of ceil(n / 2^m) bits
                   (packed little-endian), bit set = that block of 2^m values is all +0 and is
@@ -32,8 +32,15 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
                 | residual plane: for the n_sm non-ZERO values, ``sign << (M-1-shift) |
                   (mantissa & (2^(M-1) - 1)) >> shift`` packed with width M - shift bits
                   (codec.layouts.packed_nbytes); the leading mantissa bit is in the symbol,
-                  and ``shift`` low mantissa bits, zero in every value of the chunk, are dropped
+                  and ``shift`` low mantissa bits, zero in every value of the chunk, are dropped.
+                  With sign mode SIGN_POSITIVE / SIGN_NEGATIVE every one of the n_sm values has
+                  sign bit 0 / 1 and the plane leaves it out: width M - 1 - shift
+                  (:func:`plane_width`), the decoder puts the mode's sign back
                 | n_esc x u16 escapes: ``exponent field << 1 | leading mantissa bit``
+
+Versions.  Version 2 added the chunk's sign mode (SIGN_*) in what version 1 declared ``u16 reserved
+(0)``: a version-1 head is a version-2 head with sign SIGN_STORED, so one parser reads both, and a
+version-1 stream whose sign byte is not 0 is refused.  The encoder writes version 2.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
@@ -57,7 +64,8 @@ from .layouts import FloatLayout, layout_by_code, packed_nbytes
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2                # what the encoder writes
+READ_VERSIONS = (1, 2)            # what the decoders read
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 KIND_RAW, KIND_CODED, KIND_CONST = 0, 1, 2
@@ -69,6 +77,9 @@ RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit ren
 MAX_LANES = 32
 VALUES_PER_LANE = 1024            # lanes(n): about one rANS state per this many values
 ZERO_BLOCK_MODES = (4, 6)         # zero-block bitmaps of 16- and 64-value blocks
+SIGN_STORED, SIGN_POSITIVE, SIGN_NEGATIVE = 0, 1, 2   # v2 sign modes: in the plane / all + / all -
+SIGN_MODES = (SIGN_STORED, SIGN_POSITIVE, SIGN_NEGATIVE)
+SIGN_NAMES = {SIGN_STORED: "stored", SIGN_POSITIVE: "positive", SIGN_NEGATIVE: "negative"}
 
 
 class FormatError(ValueError):
@@ -80,7 +91,8 @@ STREAM_HEAD = Record("stream_head", [("magic", "4s"), ("version", "B"), ("dtype"
                                      ("ndim", "B"), ("chunk_size", "I"), ("family", "H"), ("reserved", "H")],
                      prefix="SH")
 CHUNK_HEAD = Record("chunk_head", [("codebook", "H"), ("ref", "h"), ("shift", "B"), ("mode", "B"),
-                                   ("reserved", "H"), ("n_sm", "I"), ("n_esc", "I"), ("n_words", "I")],
+                                   ("sign", "B"), ("reserved", "B"), ("n_sm", "I"), ("n_esc", "I"),
+                                   ("n_words", "I")],
                     prefix="CH")
 
 # What can be wrong with a coded chunk: one code and one message per fault, for every decoder (the
@@ -91,7 +103,7 @@ FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
 FAULT_PAYLOAD = 13          # the device decoders' verdict: one of 9-12, not told apart
 CHUNK_FAULTS = {
     FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
-    FAULT_MODE: "unknown mode {mode} / reserved field {reserved}",
+    FAULT_MODE: "unknown mode {mode} / sign mode {sign} / reserved field {reserved}",
     FAULT_SHIFT: "shift {shift} exceeds the {low} low mantissa bits",
     FAULT_CODEBOOK: "codebook id {codebook} outside family v{family} (0..{last})",
     FAULT_BITMAP: "payload too short for its zero-block bitmap",
@@ -118,6 +130,17 @@ def chunk_fault(i: int, code: int, **values) -> FormatError:
     return FormatError(f"chunk {i}: {text}")
 
 
+def plane_width(man_bits: int, shift: int, sign: int) -> int:
+    """Bits per value of a coded chunk's residual plane: the sign (unless the sign mode says it),
+    the mantissa below its leading bit, less ``shift`` low bits."""
+    return man_bits - shift - (sign != SIGN_STORED)
+
+
+def sign_mode_ok(version: int, sign: int) -> bool:
+    """Whether a chunk head of a version-``version`` stream may carry sign mode ``sign``."""
+    return sign == SIGN_STORED or (version >= 2 and sign in SIGN_MODES)
+
+
 def lanes(n: int) -> int:
     """Interleaved rANS states for a chunk of ``n`` values: a power of two in [1, MAX_LANES], about one
     per VALUES_PER_LANE values (the numba and device decoders have vectorised twins of this)."""
@@ -134,6 +157,7 @@ class ChunkHead:
     ref: int
     shift: int
     mode: int
+    sign: int                         # SIGN_*
     n_sm: int
     n_esc: int
     n_words: int
@@ -161,6 +185,7 @@ class Header:
     crcs: np.ndarray | None  # (n_chunks,) uint32
     payload_start: int       # offset of the first payload byte in the stream
     family_version: int
+    version: int = FORMAT_VERSION
 
     @property
     def numel(self) -> int:
@@ -239,8 +264,9 @@ def parse_header(buf, length: int | None = None) -> Header:
     magic, version, code, flags, ndim, chunk_size, fam, reserved = STREAM_HEAD.unpack_from(mv, 0)
     if magic != MAGIC:
         raise FormatError(f"not a zipccl stream (magic {bytes(magic)!r}, expected {MAGIC!r})")
-    if version != FORMAT_VERSION:
-        raise FormatError(f"unsupported format version {version} (this build reads {FORMAT_VERSION})")
+    if version not in READ_VERSIONS:
+        raise FormatError(f"unsupported format version {version} (this build reads "
+                          f"{', '.join(map(str, READ_VERSIONS))})")
     lay = layout_by_code(code)
     if lay is None:
         raise FormatError(f"unknown dtype code {code}")
@@ -290,7 +316,7 @@ def parse_header(buf, length: int | None = None) -> Header:
     total = int(ends[-1]) if n_chunks else 0
     if pos + total != size:
         raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
-    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam)
+    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
     sizes = np.diff(ends, prepend=0)
     for kind, expect in ((KIND_RAW, None), (KIND_CONST, lay.itemsize)):
         idx = np.flatnonzero(kinds == kind)
@@ -343,8 +369,8 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
             raise ValueError(f"chunk {i}: prefix of {len(mv)} bytes, {chunk_head_extent(h, i)} needed")
     hd = CHUNK_HEAD.unpack_from(mv, a - shift_at)
     cb, ref, shift, mode, n_sm, n_esc, n_words = hd.codebook, hd.ref, hd.shift, hd.mode, hd.n_sm, hd.n_esc, hd.n_words
-    if hd.reserved or (mode and mode not in ZERO_BLOCK_MODES):
-        raise chunk_fault(i, FAULT_MODE, mode=mode, reserved=hd.reserved)
+    if hd.reserved or (mode and mode not in ZERO_BLOCK_MODES) or not sign_mode_ok(h.version, hd.sign):
+        raise chunk_fault(i, FAULT_MODE, mode=mode, sign=hd.sign, reserved=hd.reserved)
     if shift > h.layout.man_bits - 1:
         raise chunk_fault(i, FAULT_SHIFT, shift=shift, low=h.layout.man_bits - 1)
     if cb >= N_CODEBOOKS:
@@ -364,10 +390,11 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
             raise chunk_fault(i, FAULT_EMPTY)
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         raise chunk_fault(i, FAULT_COUNTS, n_sm=n_sm, n_esc=n_esc, n_words=n_words, n_coded=n_coded)
-    tail = 4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, h.layout.man_bits - shift) + 2 * n_esc
+    tail = (4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, plane_width(h.layout.man_bits, shift, hd.sign))
+            + 2 * n_esc)
     if pos + tail != b:
         raise chunk_fault(i, FAULT_SIZE, size=b - a, implied=pos + tail - a)
-    return ChunkHead(cb, ref, shift, mode, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
+    return ChunkHead(cb, ref, shift, mode, hd.sign, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
                      pos + 4 * lanes(n_coded))
 
 
@@ -398,8 +425,10 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     mode = rows["mode"].astype(np.int64)
     shift = rows["shift"].astype(np.int64)
     reserved = rows["reserved"].astype(np.int64)
+    sign = rows["sign"].astype(np.int64)
     codebook = rows["codebook"].astype(np.int64)
-    fail(ok & ((reserved != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES))), FAULT_MODE)
+    sign_ok = np.isin(sign, SIGN_MODES if h.version >= 2 else (SIGN_STORED,))
+    fail(ok & ((reserved != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok), FAULT_MODE)
     fail(ok & (shift > h.layout.man_bits - 1), FAULT_SHIFT)
     fail(ok & (codebook >= N_CODEBOOKS), FAULT_CODEBOOK)
     pos = a + CHUNK_HEAD.size
@@ -420,17 +449,17 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     n_sm, n_esc, n_words = (rows[k].astype(np.int64) for k in ("n_sm", "n_esc", "n_words"))
     fail((n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded), FAULT_COUNTS)
     k = np.array([lanes(int(v)) for v in n_coded], dtype=np.int64) if m else np.zeros(0, np.int64)
-    width = h.layout.man_bits - shift
+    width = plane_width(h.layout.man_bits, shift, sign)
     tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, width) + 2 * n_esc
     fail(pos + tail != b, FAULT_SIZE)
     bad = np.flatnonzero(fault)
     if len(bad):
         j = bad[np.argmin(ids[bad])]
         raise chunk_fault(int(ids[j]), int(fault[j]), size=int(b[j] - a[j]), mode=int(mode[j]),
-                          reserved=int(reserved[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
+                          reserved=int(reserved[j]), sign=int(sign[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
                           codebook=int(codebook[j]), family=FAMILY_VERSION, last=N_CODEBOOKS - 1,
                           n_sm=int(n_sm[j]), n_esc=int(n_esc[j]), n_words=int(n_words[j]),
                           n_coded=int(n_coded[j]), implied=int(pos[j] + tail[j] - a[j]))
     return {"codebook": codebook, "ref": rows["ref"].astype(np.int64), "shift": shift,
-            "mode": mode, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
+            "mode": mode, "sign": sign, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
             "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k}

@@ -15,7 +15,8 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
    The window symbols carry the exponent *and* the leading mantissa bit.
 4. rANS-encode the symbols with ``K = lanes(n)`` interleaved states; store the sign and
    the remaining mantissa bits of the non-ZERO words (minus the low bits that are zero in
-   all of them) and the raw exponent + leading bit of the ESC words.
+   all of them) and the raw exponent + leading bit of the ESC words.  When every non-ZERO
+   word has the same sign, the sign mode says which and the plane leaves the sign out.
 5. the same with a zero-block bitmap (blocks of 16 or 64 values that are all +0 are
    skipped, the rest coded as above), where at least 1/32 of the values would be skipped;
    the smallest payload is kept (the plain one on ties), and if that is not smaller than
@@ -27,8 +28,8 @@ import numpy as np
 
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
                             load_family, select_codebook)
-from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, ZERO_BLOCK_MODES, FormatError,
-                          Header, lanes, parse_chunk_head)
+from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, SIGN_NEGATIVE, SIGN_POSITIVE,
+                          SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, parse_chunk_head, plane_width)
 from codec.layouts import FloatLayout, join, log2_magnitude, packed_nbytes, split
 
 __all__ = ["encode_chunks", "decode_chunks", "pack_bits", "unpack_bits"]
@@ -237,14 +238,24 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
         keep = sym[j] != SYM_ZERO
         is_esc = sym[j] == SYM_ESC
         shift = _trailing_zeros(int(np.bitwise_or.reduce(low[j][keep])), M - 1)
-        residual = (sign[j][keep] << (M - 1 - shift)) | (low[j][keep] >> shift)
+        signs = sign[j][keep]
+        mode_s = sign_mode(signs)
+        residual = (np.where(mode_s == SIGN_STORED, signs, 0) << (M - 1 - shift)) | (low[j][keep] >> shift)
         esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
-        out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, reserved=0,
+        out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, sign=mode_s, reserved=0,
                                              n_sm=int(keep.sum()), n_esc=len(esc), n_words=len(words[j])),
                              bitmaps[j] if mode else b"",
                              states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
-                             pack_bits(residual, M - shift), esc.astype("<u2").tobytes()]))
+                             pack_bits(residual, plane_width(M, shift, mode_s)), esc.astype("<u2").tobytes()]))
     return out
+
+
+def sign_mode(signs: np.ndarray) -> int:
+    """The sign mode of a chunk whose plane values have sign bits ``signs``: POSITIVE or NEGATIVE when
+    they all agree (an empty plane is POSITIVE), else STORED."""
+    if not signs.any():
+        return SIGN_POSITIVE
+    return SIGN_NEGATIVE if signs.all() else SIGN_STORED
 
 
 DECODE_BATCH = 512       # coded chunks decoded side by side (vectorised across chunks)
@@ -295,8 +306,11 @@ def _decode_group(h, mv, items, n, out, base):
             raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
         shift = hd.shift
         pos = hd.words + 2 * hd.n_words
-        plane = packed_nbytes(hd.n_sm, M - shift)
-        residual = unpack_bits(mv[pos:pos + plane], hd.n_sm, M - shift)
+        width = plane_width(M, shift, hd.sign)
+        plane = packed_nbytes(hd.n_sm, width)
+        residual = unpack_bits(mv[pos:pos + plane], hd.n_sm, width)
+        if hd.sign == SIGN_NEGATIVE:
+            residual |= np.uint32(1 << (M - 1 - shift))
         esc = mv[pos + plane:pos + plane + 2 * hd.n_esc].view("<u2").astype(np.int64)
         e = (s - SYM_WINDOW0) // 2 + hd.ref - WINDOW_LOW
         lead = (s - SYM_WINDOW0) & 1

@@ -1,34 +1,56 @@
-"""Golden streams: format v1 / codebook family v1 bytes are pinned (regenerate only with a version bump)."""
-import json
-from pathlib import Path
-
+"""Golden streams: the bytes of every format version decode forever; the current version's
+(format v2 / codebook family v1) are pinned (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
 import codec
+from codec.format import FORMAT_VERSION
+from tests import golden
 from tests.helpers import assert_bit_equal, np_dtype
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
 
-
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_golden_stream(name):
-    m = MANIFEST[name]
-    x = np.frombuffer((GOLDEN / f"{name}.input").read_bytes(), dtype=np_dtype(m["dtype"]))
-    want = (GOLDEN / f"{name}.zccl").read_bytes()
+@pytest.mark.parametrize("case", golden.cases(), ids=golden.case_id)
+def test_golden_stream(case):
+    version, name = case
+    m, raw, want = golden.read(version, name)
+    x = np.frombuffer(raw, dtype=np_dtype(m["dtype"]))
+    assert codec.inspect(want)["format_version"] == version
     assert_bit_equal(codec.decode(want), x)                       # old streams decode forever
+    if version != FORMAT_VERSION:
+        return
     got = codec.encode(x, chunk_size=m["chunk_size"], checksum=m["checksum"])
     assert got == want, (f"encoder output changed for {name}: bump codec.format.FORMAT_VERSION or the "
                          "codebook family version and regenerate with python -m tests.golden.make_golden")
 
 
-def test_golden_covers_every_chunk_kind_and_mode():
-    kinds, modes = set(), set()
-    for name in MANIFEST:
-        info = codec.inspect((GOLDEN / f"{name}.zccl").read_bytes())
+def test_every_version_has_golden_streams():
+    assert golden.versions() == list(range(1, FORMAT_VERSION + 1))
+
+
+def test_a_v1_stream_reencodes_to_v2_with_the_same_chunks_where_the_sign_is_stored():
+    """Format v2 changed no coding decision but the sign mode: a v1 golden stream's chunks that keep
+    their sign (mixed-sign data) are byte-identical in the v2 stream of the same input."""
+    for name in golden.manifest(1):
+        m, raw, old = golden.read(1, name)
+        x = np.frombuffer(raw, dtype=np_dtype(m["dtype"]))
+        new = codec.encode(x, chunk_size=m["chunk_size"], checksum=m["checksum"])
+        ho, hn = codec.format.parse_header(old), codec.format.parse_header(new)
+        info = codec.inspect(new)["chunks"]
+        for i in range(ho.n_chunks):
+            if info[i].get("sign", "stored") == "stored":
+                a, b = ho.chunk_span(i)
+                c, d = hn.chunk_span(i)
+                assert old[a:b] == new[c:d], (name, i)
+
+
+def test_golden_covers_every_chunk_kind_mode_and_sign():
+    kinds, modes, signs = set(), set(), set()
+    for version, name in golden.cases():
+        info = codec.inspect(golden.read(version, name)[2])
         for c in info["chunks"]:
             kinds.add(c["kind"])
             modes.add(c.get("zero_block_size"))
+            signs.add((version, c.get("sign")))
     assert kinds == {"coded", "const", "raw"}
     assert {0, 16} <= modes
+    assert {(2, "stored"), (2, "positive"), (2, "negative"), (1, "stored")} <= signs

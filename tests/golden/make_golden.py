@@ -1,18 +1,18 @@
-"""Write the golden fixtures: ``python -m tests.golden.make_golden``.
+"""Write the golden fixtures of the current format version: ``python -m tests.golden.make_golden``.
 
-Run this only together with a format or codebook-family version bump: the fixtures pin
-the exact bytes of format v1 / family v1, and ``tests/test_golden.py`` fails when an
-encoder change alters them.
+Run this only together with a format or codebook-family version bump: it writes
+``tests/golden/v<FORMAT_VERSION>/``, whose bytes ``tests/test_golden.py`` pins (the encoder must
+reproduce them); the folders of older versions stay as they are, decoded forever.
 """
 import json
-from pathlib import Path
 
 import numpy as np
 
 import codec
+from codec.format import FORMAT_VERSION
+from tests.golden import ROOT
 from tests.helpers import make_values
 
-HERE = Path(__file__).resolve().parent
 CASES = {
     # name: (distribution, dtype, n, seed, log10 sigma, chunk_size, checksum)
     "gauss_bf16": ("gaussian", "bfloat16", 5000, 1, -1.7, 2048, False),
@@ -23,25 +23,46 @@ CASES = {
     "fp8_e5m2": ("laplace", "float8_e5m2", 3000, 6, -1.0, 1000, True),
     "lognormal_bf16": ("lognormal", "bfloat16", 384, 7, 0.0, 65536, False),
     "kinds_bf16": ("gaussian", "bfloat16", 1100, 8, 0.0, 256, True),         # + raw/const chunks, below
+    # format v2: sign modes
+    "signs_bf16": ("gaussian", "bfloat16", 1280, 10, -1.0, 256, False),      # chunks +, -, mixed, ReLU, -ReLU
+    "adam_sq_f32": ("gaussian", "float32", 3000, 11, -4.0, 1024, True),      # squared: positive, many binades
+    "logprob_f16": ("laplace", "float16", 2000, 12, 0.5, 1000, False),       # -|x|: negative
 }
 
 
+def make_input(name: str) -> np.ndarray:
+    dist, dtype, n, seed, ls, _, _ = CASES[name]
+    x = make_values(dist, dtype, n, seed, ls)
+    if name == "zeros_bf16":   # sparse rows, like the gradient of an embedding table
+        rows = x.reshape(-1, 40)
+        rows[np.random.default_rng(0).random(len(rows)) < 0.85] = 0
+    if name == "kinds_bf16":   # chunk 1 all +0, chunk 2 random bits (stored raw), chunk 3 constant NaN
+        x[256:512] = 0
+        x[512:768] = make_values("random_bits", dtype, 256, 9)
+        x.view(np.uint16)[768:1024] = 0x7FC1
+    if name == "signs_bf16":   # one chunk per sign situation: all +, all -, mixed, +/0, -/0 (with -0.0)
+        x[:256] = abs(x[:256])
+        x[256:512] = -abs(x[256:512])
+        x[768:1024] = np.maximum(x[768:1024], 0)
+        x[1024:] = np.minimum(x[1024:], -0.0)
+    if name == "adam_sq_f32":
+        x = x * x
+    if name == "logprob_f16":
+        x = -abs(x)
+    return x
+
+
 def main():
+    folder = ROOT / f"v{FORMAT_VERSION}"
+    folder.mkdir(exist_ok=True)
     manifest = {}
-    for name, (dist, dtype, n, seed, ls, cs, crc) in CASES.items():
-        x = make_values(dist, dtype, n, seed, ls)
-        if name == "zeros_bf16":   # sparse rows, like the gradient of an embedding table
-            rows = x.reshape(-1, 40)
-            rows[np.random.default_rng(0).random(len(rows)) < 0.85] = 0
-        if name == "kinds_bf16":   # chunk 1 all +0, chunk 2 random bits (stored raw), chunk 3 constant NaN
-            x[256:512] = 0
-            x[512:768] = make_values("random_bits", dtype, 256, 9)
-            x.view(np.uint16)[768:1024] = 0x7FC1
-        (HERE / f"{name}.input").write_bytes(x.tobytes())
-        blob = codec.encode(x, chunk_size=cs, checksum=crc)
-        (HERE / f"{name}.zccl").write_bytes(blob)
+    for name, (_, dtype, n, _, _, cs, crc) in CASES.items():
+        x = make_input(name)
+        (folder / f"{name}.input").write_bytes(x.tobytes())
+        blob = codec.encode(x, chunk_size=cs, checksum=crc, backend="reference")
+        (folder / f"{name}.zccl").write_bytes(blob)
         manifest[name] = {"dtype": dtype, "numel": n, "chunk_size": cs, "checksum": crc, "nbytes": len(blob)}
-    (HERE / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(json.dumps(manifest, indent=1))
 
 
