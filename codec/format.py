@@ -133,7 +133,7 @@ def chunk_fault(i: int, code: int, **values) -> FormatError:
 def plane_width(man_bits: int, shift: int, sign: int) -> int:
     """Bits per value of a coded chunk's residual plane: the sign (unless the sign mode says it),
     the mantissa below its leading bit, less ``shift`` low bits."""
-    return man_bits - shift - (sign != SIGN_STORED)
+    return man_bits - shift - (sign != SIGN_STORED) * 1     # (* 1: also for arrays and torch tensors)
 
 
 def sign_mode_ok(version: int, sign: int) -> bool:

@@ -51,6 +51,7 @@ def constants(dtype: str) -> dict:
         "PROB_BITS": cbk.PROB_BITS, "TOTAL": cbk.TOTAL, "MASK": cbk.TOTAL - 1, "RANS_L": fmt.RANS_L,
         "N_SYMBOLS": cbk.N_SYMBOLS, "RENORM_SHIFT": 32 - cbk.PROB_BITS, "SYM_ZERO": cbk.SYM_ZERO, "SYM_ESC": cbk.SYM_ESC, "MAX_LANES": fmt.MAX_LANES,
         "family": cbk.FAMILY_VERSION, "format": fmt.FORMAT_VERSION, "KIND_CONST": fmt.KIND_CONST,
+        "SIGN_STORED": fmt.SIGN_STORED, "SIGN_NEGATIVE": fmt.SIGN_NEGATIVE,
         "INTERFACE": _interface_constants(),
         "WINDOW": cbk.WINDOW, "WINDOW_LOW": cbk.WINDOW_LOW, "SYM_WINDOW0": cbk.SYM_WINDOW0, "ITEMSIZE": lay.itemsize,
         "MANMASK": (1 << lay.man_bits) - 1, "LOWMASK": (1 << (lay.man_bits - 1)) - 1,

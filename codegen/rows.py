@@ -11,7 +11,8 @@ from __future__ import annotations
 from codec.records import Row
 
 # encoder, step 1 (enc_stats writes one row per chunk): the chunk's integer statistics
-STATS = Row("enc_stats", ["n", "const", "first", "zeros", "n_log", "s1", "s2", "low", "skip16", "skip64"], "ST")
+STATS = Row("enc_stats", ["n", "const", "first", "zeros", "n_log", "s1", "s2", "low", "skip16", "skip64", "neg"],
+            "ST")
 # step 2 (enc_rans reads one row per candidate payload, writes COUNTS): rANS-code the exponent symbols
 RANS = Row("enc_rans", ["start", "n_coded", "lanes", "mode", "nzb_at", "table", "ref", "rans_at"], "RR")
 COUNTS = Row("enc_counts", ["n_words", "n_sm", "n_esc"], "CT")
@@ -19,13 +20,13 @@ COUNTS = Row("enc_counts", ["n_words", "n_sm", "n_esc"], "CT")
 PLACE = Row("enc_place", ["rans_at", "lanes", "n_words", "states_at"], "PL")
 # step 4 (enc_planes): chunk head, residual plane and escapes of the chosen candidates
 PLANES = Row("enc_planes", ["start", "n_coded", "mode", "nzb_at", "table", "ref", "shift", "n_sm", "n_esc",
-                            "n_words", "codebook", "pay_at", "plane_at", "scratch_at"], "PN")
+                            "n_words", "codebook", "pay_at", "plane_at", "scratch_at", "sign"], "PN")
 # RAW and CONST chunks: encoder (enc_copy) and decoder (dec_copy)
 COPY = Row("enc_copy", ["start", "n", "pay_at", "kind"], "CP")
 DEC_COPY = Row("dec_copy", ["out_at", "n", "pay_at", "kind"], "DC")
 # the decoder's row per coded chunk (decode_coded_chunks, dec_symbols, dec_values)
 META = Row("decode_meta", ["states_at", "words_at", "n_words", "plane_at", "esc_at", "n_sm", "n_esc", "n_coded",
-                           "shift", "table", "out_at", "mode", "nzb_at", "lanes"], "META")
+                           "shift", "table", "out_at", "mode", "nzb_at", "lanes", "sign"], "META")
 
 ROWS = (STATS, RANS, COUNTS, PLACE, PLANES, COPY, DEC_COPY, META)
 

@@ -33,6 +33,8 @@ WINDOW_LOW = tl.constexpr(_cbk.WINDOW_LOW)
 RANS_L = tl.constexpr(_fmt.RANS_L)
 MAX_LANES = tl.constexpr(_fmt.MAX_LANES)
 KIND_CONST = tl.constexpr(_fmt.KIND_CONST)
+SIGN_STORED = tl.constexpr(_fmt.SIGN_STORED)
+SIGN_NEGATIVE = tl.constexpr(_fmt.SIGN_NEGATIVE)
 # the kernel rows' column indices (codegen.rows: META_STATES_AT, PN_SHIFT, ...) and the chunk head's field
 # offsets (codec.format.CHUNK_HEAD: CH_N_SM, ...), one constant each, as the CUDA kernels get them
 globals().update({name: tl.constexpr(value)
@@ -43,7 +45,7 @@ globals().update({name: tl.constexpr(value)
 def _meta_row(meta, c):
     """Chunk ``c``'s row of the decoders' meta table (codegen.device.decode_into builds it): states, words,
     word count, residual plane, escapes, non-ZERO count, escape count, coded values, shift, table row,
-    output offset, zero-block mode, block-list offset, lanes."""
+    output offset, zero-block mode, block-list offset, lanes (the sign mode: _values reads it)."""
     mrow = meta + c * META_WIDTH
     return (tl.load(mrow + META_STATES_AT), tl.load(mrow + META_WORDS_AT), tl.load(mrow + META_N_WORDS),
             tl.load(mrow + META_PLANE_AT), tl.load(mrow + META_ESC_AT), tl.load(mrow + META_N_SM),
@@ -53,12 +55,20 @@ def _meta_row(meta, c):
 
 
 @triton.jit
+def _sign_mode(meta, c):
+    """Chunk ``c``'s sign mode (codec.format.SIGN_*)."""
+    mrow = meta + c * META_WIDTH
+    return tl.load(mrow + META_SIGN)
+
+
+@triton.jit
 def _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift, mode,
-            nzb_at, zv, E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
+            nzb_at, sign, zv, E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
     """Write the words of coded values ``i`` (symbols ``s``) to ``out``: residual bits from the plane,
     exponent and leading bit from the symbol or the escape plane; ``kk``/``ke``: non-ZERO values and
-    escapes before this vector.  Returns a fault flag and the vector's non-ZERO and escape counts."""
-    width = M - shift
+    escapes before this vector; ``sign``: the chunk's sign mode (a plane without signs is 1 bit narrower;
+    SIGN_NEGATIVE puts the sign back).  Returns a fault flag and the vector's non-ZERO and escape counts."""
+    width = M - shift - (sign != SIGN_STORED).to(tl.int64)
     full = width // 8
     rem = width % 8
     ssr = M - 1 - shift
@@ -87,7 +97,8 @@ def _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_
            | (tl.load(q + 1, mask=ok & ((zv + rem) > 0) & (o + rem > 8), other=0).to(tl.int64) << 8))
     res = res | (((two >> o) & ((1 << rem) - 1)) << (8 * full))
     lowmask = (tl.full([], 1, tl.int64) << ssr) - 1
-    v = tl.where(nz, ((res >> ssr) << (E + M)) | h | ((res & lowmask) << shift), 0)
+    neg = (sign == SIGN_NEGATIVE).to(tl.int64)
+    v = tl.where(nz, (((res >> ssr) | neg) << (E + M)) | h | ((res & lowmask) << shift), 0)
     blk = i >> mode
     dst = tl.where(mode == 0, i, tl.load(nzb + nzb_at + blk, mask=active & ((zv + mode) != 0), other=0) * (1 << mode)
                    + (i & ((1 << mode) - 1)))
@@ -182,7 +193,7 @@ def dec_values(
         active = i < n_coded
         s = tl.load(sym + at + i, mask=active, other=0).to(tl.int64)
         b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
-                                shift, mode, nzb_at, zv, E, M, TOP, MAX_FULL)
+                                shift, mode, nzb_at, _sign_mode(meta, c), zv, E, M, TOP, MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
@@ -220,7 +231,7 @@ def decode_coded_chunks(
         s, x, ptr, b = _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words)
         bad = bad | b
         b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
-                                shift, mode, nzb_at, zv, E, M, TOP, MAX_FULL)
+                                shift, mode, nzb_at, _sign_mode(meta, c), zv, E, M, TOP, MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
@@ -271,12 +282,14 @@ def enc_stats(
     low = tl.zeros([], tl.int64)
     skip16 = tl.zeros([], tl.int64)
     skip64 = tl.zeros([], tl.int64)
+    neg = tl.zeros([], tl.int64)
     for t in range(0, n, BLOCK):
         i = t + lanes
         valid = i < n
         w = tl.load(words + start + i, mask=valid, other=0).to(tl.int64)
         differ += tl.sum((valid & (w != first)).to(tl.int64), 0)
         zeros += tl.sum((valid & (w == 0)).to(tl.int64), 0)
+        neg += tl.sum(tl.where(valid, (w >> (E + M)) & 1, 0), 0)
         e = (w >> M) & TOP
         mant = w & MANMASK
         has_log = valid & ((w & MAGMASK) != 0)
@@ -308,6 +321,7 @@ def enc_stats(
     tl.store(row + ST_LOW, low)
     tl.store(row + ST_SKIP16, skip16)
     tl.store(row + ST_SKIP64, skip64)
+    tl.store(row + ST_NEG, neg)
 
 
 @triton.jit
@@ -458,11 +472,13 @@ def enc_planes(
     _store_le(out, pay_at + CH_REF, ref & 0xFFFF, 2)
     _store_le(out, pay_at + CH_SHIFT, shift, 1)
     _store_le(out, pay_at + CH_MODE, mode, 1)
-    _store_le(out, pay_at + CH_RESERVED, tl.zeros([], tl.int64), 2)
+    sign = tl.load(row + PN_SIGN)
+    _store_le(out, pay_at + CH_SIGN, sign, 1)
+    _store_le(out, pay_at + CH_RESERVED, tl.zeros([], tl.int64), 1)
     _store_le(out, pay_at + CH_N_SM, n_sm, 4)
     _store_le(out, pay_at + CH_N_ESC, n_esc, 4)
     _store_le(out, pay_at + CH_N_WORDS, n_words, 4)
-    width = M - shift
+    width = M - shift - (sign != SIGN_STORED).to(tl.int64)      # a sign the mode gives is not stored
     full = width // 8
     rem = width % 8
     esc_at = plane_at + full * n_sm + (n_sm * rem + 7) // 8

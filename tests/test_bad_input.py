@@ -22,6 +22,7 @@ def _small_streams(checksum):
         "mixed": codec.encode(np.concatenate([x[:100], np.zeros(100, x.dtype), make_values("random_bits", "bfloat16", 40, 1)]),
                               chunk_size=100, checksum=checksum),
         "fp8": codec.encode(make_values("laplace", "float8_e4m3fn", 600, 2), chunk_size=512, checksum=checksum),
+        "signs": codec.encode(np.concatenate([abs(x[:300]), -abs(x[300:600])]), chunk_size=300, checksum=checksum),
     }
 
 
@@ -44,7 +45,7 @@ def _decode_or_format_error(blob):
     return ref
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs"])
 def test_every_truncation_raises(name):
     blob = _small_streams(False)[name]
     for cut in range(len(blob)):
@@ -53,7 +54,7 @@ def test_every_truncation_raises(name):
                 codec.decode(blob[:cut], backend=backend)
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs"])
 def test_every_byte_flip_detected_with_checksum(name):
     blob = _small_streams(True)[name]
     for i in range(len(blob)):
@@ -63,7 +64,7 @@ def test_every_byte_flip_detected_with_checksum(name):
             codec.decode(bytes(bad), backend=BACKENDS[i % 2])
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs"])
 def test_every_byte_flip_without_checksum_never_crashes(name):
     blob = _small_streams(False)[name]
     for i in range(len(blob)):
@@ -137,6 +138,8 @@ def _heads_stream():
     x[::5] = 0
     x[2000:3100] = 0                          # zero-block chunks
     x[6000:6010] = make_values("random_bits", "float16", 10, 2)
+    x[7000:8000] = abs(x[7000:8000])          # sign modes positive and negative
+    x[8000:] = -abs(x[8000:])
     return bytes(codec.encode(x, chunk_size=1000))
 
 
@@ -176,7 +179,8 @@ def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, off
         return
     got = fmt.parse_chunk_heads(h, ids, prefixes, at)
     for j, hd in enumerate(want):
-        for field in ("codebook", "ref", "shift", "mode", "n_sm", "n_esc", "n_words", "n_coded", "states", "words"):
+        for field in ("codebook", "ref", "shift", "mode", "sign", "n_sm", "n_esc", "n_words", "n_coded", "states",
+                      "words"):
             assert got[field][j] == getattr(hd, field), field
         assert (got["zero_blocks"][j] is None) == (hd.zero_blocks is None)
         if hd.zero_blocks is not None:

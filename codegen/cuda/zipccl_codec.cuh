@@ -35,6 +35,7 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
     const i64 n_esc = m[L::META_N_ESC], n_coded = m[L::META_N_CODED], tab = m[L::META_TABLE];
     const i64 out_at = m[L::META_OUT_AT], nzb_at = m[L::META_NZB_AT];
     const int shift = (int)m[L::META_SHIFT], mode = (int)m[L::META_MODE], k = (int)m[L::META_LANES];
+    const int sign = (int)m[L::META_SIGN];       // codec/format.py SIGN_*: a plane without signs is 1 bit narrower
     for (int t = lane; t < L::TOTAL; t += 32) slot[t] = (u32)tables[tab * L::TOTAL + t];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) hsym[t] = hi[tab * L::N_SYMBOLS + t];
     __syncwarp();
@@ -45,8 +46,9 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
         const u8* p = buf + states_at + 4 * lane;
         x = (u64)p[0] | ((u64)p[1] << 8) | ((u64)p[2] << 16) | ((u64)p[3] << 24);
     }
-    const int width = L::M - shift, full = width >> 3, rem = width & 7;
+    const int width = L::M - shift - (sign != L::SIGN_STORED), full = width >> 3, rem = width & 7;
     const int ssr = L::M - 1 - shift;
+    const u64 neg = sign == L::SIGN_NEGATIVE;
     const unsigned below = (1u << lane) - 1u;
     i64 ptr = 0, kk = 0, ke = 0;
     int bad = 0;
@@ -102,7 +104,7 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
                     if (o + rem > 8) two |= (u32)q[1] << 8;
                     res |= (u64)((two >> o) & ((1u << rem) - 1u)) << (8 * full);
                 }
-                v = ((res >> ssr) << (L::E + L::M)) | (u64)h | ((res & ((1ull << ssr) - 1ull)) << shift);
+                v = (((res >> ssr) | neg) << (L::E + L::M)) | (u64)h | ((res & ((1ull << ssr) - 1ull)) << shift);
             } else {
                 bad = 1;
             }
@@ -147,16 +149,16 @@ __device__ __forceinline__ void zipccl_store_le(u8* __restrict__ out, i64 at, u6
 
 template <class L>
 __device__ __forceinline__ void enc_stats(const typename L::word_t* __restrict__ words, i64 n_total, i64 cs,
-                         i64* __restrict__ stats,          // (C, 10) as in the Triton kernel
+                         i64* __restrict__ stats,          // (C, L::ST_WIDTH) as in the Triton kernel
                          u8* __restrict__ nz16, u8* __restrict__ nz64, i64 nb16, i64 nb64)
 {
-    __shared__ i64 red[8][256];
+    __shared__ i64 red[9][256];
     const i64 c = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n_warps = blockDim.x >> 5;
     const i64 start = c * cs;
     const i64 n = n_total - start < cs ? n_total - start : cs;
     const u64 first = (u64)words[start];
-    i64 differ = 0, zeros = 0, n_log = 0, s1 = 0, s2 = 0, skip16 = 0, skip64 = 0;
+    i64 differ = 0, zeros = 0, n_log = 0, s1 = 0, s2 = 0, skip16 = 0, skip64 = 0, neg = 0;
     u64 low = 0;
     for (i64 seg = warp; seg * 64 < n; seg += n_warps) {      // a warp reads 64 consecutive words
         unsigned m[2];
@@ -166,6 +168,7 @@ __device__ __forceinline__ void enc_stats(const typename L::word_t* __restrict__
             const u64 w = valid ? (u64)words[start + i] : 0ull;
             differ += valid && w != first;
             zeros += valid && w == 0;
+            neg += (w >> (L::E + L::M)) & 1u;                    // 0 for the invalid lanes (w = 0)
             const u64 e = (w >> L::M) & ((u32)L::TOP);
             const u64 mant = w & ((u64)L::MANMASK);
             if (valid && (w & ((u64)L::MAGMASK)) != 0) {
@@ -190,11 +193,11 @@ __device__ __forceinline__ void enc_stats(const typename L::word_t* __restrict__
         }
     }
     red[0][tid] = differ; red[1][tid] = zeros; red[2][tid] = n_log; red[3][tid] = s1;
-    red[4][tid] = s2; red[5][tid] = (i64)low; red[6][tid] = skip16; red[7][tid] = skip64;
+    red[4][tid] = s2; red[5][tid] = (i64)low; red[6][tid] = skip16; red[7][tid] = skip64; red[8][tid] = neg;
     __syncthreads();
     for (int half = blockDim.x >> 1; half > 0; half >>= 1) {
         if (tid < half) {
-            for (int q = 0; q < 8; ++q) red[q][tid] = q == 5 ? (red[q][tid] | red[q][tid + half]) : red[q][tid] + red[q][tid + half];
+            for (int q = 0; q < 9; ++q) red[q][tid] = q == 5 ? (red[q][tid] | red[q][tid + half]) : red[q][tid] + red[q][tid + half];
         }
         __syncthreads();
     }
@@ -203,7 +206,7 @@ __device__ __forceinline__ void enc_stats(const typename L::word_t* __restrict__
         row[L::ST_N] = n; row[L::ST_CONST] = red[0][0] == 0; row[L::ST_FIRST] = (i64)first;
         row[L::ST_ZEROS] = red[1][0]; row[L::ST_N_LOG] = red[2][0]; row[L::ST_S1] = red[3][0];
         row[L::ST_S2] = red[4][0]; row[L::ST_LOW] = red[5][0]; row[L::ST_SKIP16] = red[6][0];
-        row[L::ST_SKIP64] = red[7][0];
+        row[L::ST_SKIP64] = red[7][0]; row[L::ST_NEG] = red[8][0];
     }
 }
 
@@ -292,21 +295,22 @@ __device__ __forceinline__ void enc_planes(const typename L::word_t* __restrict_
     const i64 ref = row[L::PN_REF], n_sm = row[L::PN_N_SM], n_esc = row[L::PN_N_ESC], n_words = row[L::PN_N_WORDS];
     const i64 cb = row[L::PN_CODEBOOK], pay_at = row[L::PN_PAY_AT], plane_at = row[L::PN_PLANE_AT];
     const i64 scratch_at = row[L::PN_SCRATCH_AT];
-    const int mode = (int)row[L::PN_MODE], shift = (int)row[L::PN_SHIFT];
+    const int mode = (int)row[L::PN_MODE], shift = (int)row[L::PN_SHIFT], sign = (int)row[L::PN_SIGN];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) f_s[t] = freq[tab * L::N_SYMBOLS + t];
     if (lane == 0) {       // the chunk head (codec/format.py CHUNK_HEAD)
         zipccl_store_le(out, pay_at + L::CH_CODEBOOK, (u64)cb, 2);
         zipccl_store_le(out, pay_at + L::CH_REF, (u64)ref & 0xFFFFu, 2);
         zipccl_store_le(out, pay_at + L::CH_SHIFT, (u64)shift, 1);
         zipccl_store_le(out, pay_at + L::CH_MODE, (u64)mode, 1);
-        zipccl_store_le(out, pay_at + L::CH_RESERVED, 0, 2);
+        zipccl_store_le(out, pay_at + L::CH_SIGN, (u64)sign, 1);
+        zipccl_store_le(out, pay_at + L::CH_RESERVED, 0, 1);
         zipccl_store_le(out, pay_at + L::CH_N_SM, (u64)n_sm, 4);
         zipccl_store_le(out, pay_at + L::CH_N_ESC, (u64)n_esc, 4);
         zipccl_store_le(out, pay_at + L::CH_N_WORDS, (u64)n_words, 4);
     }
     __syncwarp();
     const bool has_zero = f_s[L::SYM_ZERO] > 0;
-    const int width = L::M - shift, full = width >> 3, rem = width & 7;
+    const int width = L::M - shift - (sign != L::SIGN_STORED), full = width >> 3, rem = width & 7;
     const i64 esc_at = plane_at + full * n_sm + (n_sm * rem + 7) / 8;
     const unsigned below = (1u << lane) - 1u;
     i64 kk = 0, ke = 0;
