@@ -36,8 +36,8 @@ assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with 
 
 _HEAD = CHUNK_HEAD.size
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
-_CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_RESERVED, _CH_NSM, _CH_NESC, _CH_NWORDS = (
-    CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "reserved", "n_sm", "n_esc",
+_CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_NESC, _CH_NWORDS = (
+    CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc",
                                    "n_words"))
 _N_ZL = len(ZERO_LEVELS)
 _MODE_A, _MODE_B = ZERO_BLOCK_MODES
@@ -199,14 +199,14 @@ def _put_escapes(out, p, vals, sym, lo, hi, E, M):
 
 
 @njit(cache=True, inline="always")
-def _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
+def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
     """A CODED payload's chunk header, zero-block bitmap and final rANS states; returns the offset after them."""
     _put16(out, _CH_CODEBOOK, cb)
     _put16(out, _CH_REF, ref & 0xFFFF)
     out[_CH_SHIFT] = shift
     out[_CH_MODE] = mode
     out[_CH_SIGN] = sign
-    out[_CH_RESERVED] = 0
+    out[_CH_NARROW] = narrow
     _put32(out, _CH_NSM, n_sm)
     _put32(out, _CH_NESC, n_esc)
     _put32(out, _CH_NWORDS, n_words)
@@ -273,6 +273,20 @@ def _sign_mode(n_neg, n_sm):
 
 
 @njit(cache=True, inline="always")
+def _narrow(orlow, shift, M, sign):
+    """High residual bits left out (codec.format): those above the OR of the plane's low mantissa bits,
+    where the sign is not stored on top of them."""
+    if sign == SIGN_STORED:
+        return 0
+    v = orlow >> shift
+    bits = 0
+    while v:
+        bits += 1
+        v >>= 1
+    return max(M - 1 - shift - bits, 0)
+
+
+@njit(cache=True, inline="always")
 def _symbol_residual(w, symtab, E, M, shift):
     """A non-ZERO word's (symbol or ESC, residual: sign and low mantissa bits less ``shift``)."""
     return (symtab[(w >> (M - 1)) & ((2 << E) - 1)],
@@ -313,13 +327,14 @@ def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, r
 
 
 @njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign):
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign,
+                narrow):
     """_code_values for chunks of 16 or 32 lanes, 16 values at a time: symbols and residual plane in
     one forward SIMD pass, then the rANS rounds backwards with the flushed words stored downwards
     from the end of ``wbuf`` (so they end in stream order).  ``n_zero``: the chunk's ZERO symbols
     (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
-    ``sign``: the sign mode; the plane's width leaves out a sign it gives (the residual's sign bit
-    then sits just above the fields written, which never include it)."""
+    ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
+    residual's sign bit then sits just above the fields written, which never include it)."""
     k = _lanes(m)
     n_sm = m - n_zero
     symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
@@ -338,7 +353,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for j in range(2 * WINDOW):
         if f[SYM_WINDOW0 + j] > 0:
             symwin[j] = SYM_WINDOW0 + j
-    width = M - shift - (sign != SIGN_STORED)
+    width = M - shift - (sign != SIGN_STORED) - narrow
     full = width // 8
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
@@ -455,7 +470,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
     # payload: header, bitmap, states, words, plane, escapes
-    p = _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
     copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
     copy_bytes(out, p, plane, 0, nplane)
@@ -488,9 +503,10 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
         shift += 1
     zero_ok = f[SYM_ZERO] > 0
     sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
+    narrow = _narrow(orlow, shift, M, sign)
     if _lanes(m) % LANES == 0:
         return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
-                           n_zero if zero_ok else 0, sign)
+                           n_zero if zero_ok else 0, sign, narrow)
     n_sm = 0
     n_esc = 0
     for i in range(m):
@@ -535,11 +551,11 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
             xl = xl >> (16 * need)
             q = np.int64(xl * inv[s] + 6.103515625e-05)
             x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
-    width = M - shift - (sign != SIGN_STORED)
+    width = M - shift - (sign != SIGN_STORED) - narrow
     size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, width) + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
-    p = _put_head(out, cb, ref, shift, mode, sign, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
     for t in range(cnt):
         _put16(out, p, wbuf[cnt - 1 - t])
         p += 2
@@ -951,14 +967,15 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
     shift = np.int64(buf[a + _CH_SHIFT])
     mode = np.int64(buf[a + _CH_MODE])
     sign = np.int64(buf[a + _CH_SIGN])
-    reserved = np.int64(buf[a + _CH_RESERVED])
+    narrow = np.int64(buf[a + _CH_NARROW])
     n_sm = _get32(buf, a + _CH_NSM)
     n_esc = _get32(buf, a + _CH_NESC)
     n_words = _get32(buf, a + _CH_NWORDS)
     max_sign = SIGN_NEGATIVE if version >= 2 else SIGN_STORED
-    if reserved != 0 or (mode != 0 and mode != _MODE_A and mode != _MODE_B) or sign > max_sign:
+    if ((mode != 0 and mode != _MODE_A and mode != _MODE_B) or sign > max_sign
+            or (narrow != 0 and sign == SIGN_STORED)):
         return FAULT_MODE
-    if shift > M - 1:
+    if shift + narrow > M - 1:
         return FAULT_SHIFT
     if cb >= freqs.shape[0]:
         return FAULT_CODEBOOK
@@ -983,7 +1000,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         return FAULT_COUNTS
     k = _lanes(n_coded)
-    width = M - shift - (sign != SIGN_STORED)
+    width = M - shift - (sign != SIGN_STORED) - narrow
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
         return FAULT_SIZE

@@ -448,7 +448,7 @@ def inspect(buf) -> dict:
                         zero_level=ZERO_LEVELS[z], ref_exponent=hd.ref - lay.bias, escapes=hd.n_esc,
                         zeros=n - hd.n_sm, dropped_mantissa_bits=hd.shift,
                         zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded,
-                        sign=fmt.SIGN_NAMES[hd.sign])
+                        sign=fmt.SIGN_NAMES[hd.sign], dropped_high_bits=hd.narrow)
         chunks.append(info)
     numel = h.numel
     return {"format_version": h.version, "dtype": lay.name, "shape": h.shape, "numel": numel,

@@ -23,7 +23,7 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
     KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
-    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 reserved (0)
+    KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 narrow
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
                 | mode 0: nothing; mode m in ZERO_BLOCK_MODES: a bitmap of ceil(n / 2^m) bits
                   (packed little-endian), bit set = that block of 2^m values is all +0 and is
@@ -34,13 +34,15 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
                   (codec.layouts.packed_nbytes); the leading mantissa bit is in the symbol,
                   and ``shift`` low mantissa bits, zero in every value of the chunk, are dropped.
                   With sign mode SIGN_POSITIVE / SIGN_NEGATIVE every one of the n_sm values has
-                  sign bit 0 / 1 and the plane leaves it out: width M - 1 - shift
-                  (:func:`plane_width`), the decoder puts the mode's sign back
+                  sign bit 0 / 1 and the plane leaves it out, and ``narrow`` high bits of the
+                  residual, zero in every value of the plane (small subnormals), are left out too:
+                  width M - 1 - shift - narrow (:func:`plane_width`; narrow is 0 with SIGN_STORED);
+                  the decoder puts the mode's sign back
                 | n_esc x u16 escapes: ``exponent field << 1 | leading mantissa bit``
 
-Versions.  Version 2 added the chunk's sign mode (SIGN_*) in what version 1 declared ``u16 reserved
-(0)``: a version-1 head is a version-2 head with sign SIGN_STORED, so one parser reads both, and a
-version-1 stream whose sign byte is not 0 is refused.  The encoder writes version 2.
+Versions.  Version 2 added the chunk's sign mode (SIGN_*) and ``narrow`` in what version 1 declared
+``u16 reserved (0)``: a version-1 head is a version-2 head with sign SIGN_STORED and narrow 0, so one
+parser reads both, and a version-1 stream whose sign byte is not 0 is refused.  The encoder writes version 2.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
@@ -91,7 +93,7 @@ STREAM_HEAD = Record("stream_head", [("magic", "4s"), ("version", "B"), ("dtype"
                                      ("ndim", "B"), ("chunk_size", "I"), ("family", "H"), ("reserved", "H")],
                      prefix="SH")
 CHUNK_HEAD = Record("chunk_head", [("codebook", "H"), ("ref", "h"), ("shift", "B"), ("mode", "B"),
-                                   ("sign", "B"), ("reserved", "B"), ("n_sm", "I"), ("n_esc", "I"),
+                                   ("sign", "B"), ("narrow", "B"), ("n_sm", "I"), ("n_esc", "I"),
                                    ("n_words", "I")],
                     prefix="CH")
 
@@ -103,8 +105,8 @@ FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
 FAULT_PAYLOAD = 13          # the device decoders' verdict: one of 9-12, not told apart
 CHUNK_FAULTS = {
     FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
-    FAULT_MODE: "unknown mode {mode} / sign mode {sign} / reserved field {reserved}",
-    FAULT_SHIFT: "shift {shift} exceeds the {low} low mantissa bits",
+    FAULT_MODE: "unknown mode {mode} / sign mode {sign} with narrow {narrow}",
+    FAULT_SHIFT: "shift {shift} and narrow {narrow} exceed the {low} low mantissa bits",
     FAULT_CODEBOOK: "codebook id {codebook} outside family v{family} (0..{last})",
     FAULT_BITMAP: "payload too short for its zero-block bitmap",
     FAULT_EMPTY: "zero-block bitmap leaves no value to code",
@@ -130,10 +132,18 @@ def chunk_fault(i: int, code: int, **values) -> FormatError:
     return FormatError(f"chunk {i}: {text}")
 
 
-def plane_width(man_bits: int, shift: int, sign: int) -> int:
+def plane_width(man_bits: int, shift: int, sign: int, narrow: int = 0) -> int:
     """Bits per value of a coded chunk's residual plane: the sign (unless the sign mode says it),
-    the mantissa below its leading bit, less ``shift`` low bits."""
-    return man_bits - shift - (sign != SIGN_STORED) * 1     # (* 1: also for arrays and torch tensors)
+    the mantissa below its leading bit, less ``shift`` low bits and ``narrow`` high ones.  (Also
+    element-wise for arrays and torch tensors.)"""
+    return man_bits - shift - (sign != SIGN_STORED) * 1 - narrow
+
+
+def head_mode_ok(version: int, mode: int, sign: int, narrow: int) -> bool:
+    """The FAULT_MODE check of a chunk head: a known zero-block mode, a sign mode the version has,
+    high bits left out only where the sign is too (both are 0 in a version-1 head)."""
+    return (mode == 0 or mode in ZERO_BLOCK_MODES) and sign_mode_ok(version, sign) and (
+        narrow == 0 or sign != SIGN_STORED)
 
 
 def sign_mode_ok(version: int, sign: int) -> bool:
@@ -158,6 +168,7 @@ class ChunkHead:
     shift: int
     mode: int
     sign: int                         # SIGN_*
+    narrow: int                       # high residual bits left out
     n_sm: int
     n_esc: int
     n_words: int
@@ -369,10 +380,10 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
             raise ValueError(f"chunk {i}: prefix of {len(mv)} bytes, {chunk_head_extent(h, i)} needed")
     hd = CHUNK_HEAD.unpack_from(mv, a - shift_at)
     cb, ref, shift, mode, n_sm, n_esc, n_words = hd.codebook, hd.ref, hd.shift, hd.mode, hd.n_sm, hd.n_esc, hd.n_words
-    if hd.reserved or (mode and mode not in ZERO_BLOCK_MODES) or not sign_mode_ok(h.version, hd.sign):
-        raise chunk_fault(i, FAULT_MODE, mode=mode, sign=hd.sign, reserved=hd.reserved)
-    if shift > h.layout.man_bits - 1:
-        raise chunk_fault(i, FAULT_SHIFT, shift=shift, low=h.layout.man_bits - 1)
+    if not head_mode_ok(h.version, mode, hd.sign, hd.narrow):
+        raise chunk_fault(i, FAULT_MODE, mode=mode, sign=hd.sign, narrow=hd.narrow)
+    if shift + hd.narrow > h.layout.man_bits - 1:
+        raise chunk_fault(i, FAULT_SHIFT, shift=shift, narrow=hd.narrow, low=h.layout.man_bits - 1)
     if cb >= N_CODEBOOKS:
         raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=FAMILY_VERSION, last=N_CODEBOOKS - 1)
     pos = a + CHUNK_HEAD.size
@@ -390,11 +401,11 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
             raise chunk_fault(i, FAULT_EMPTY)
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         raise chunk_fault(i, FAULT_COUNTS, n_sm=n_sm, n_esc=n_esc, n_words=n_words, n_coded=n_coded)
-    tail = (4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, plane_width(h.layout.man_bits, shift, hd.sign))
+    tail = (4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, plane_width(h.layout.man_bits, shift, hd.sign, hd.narrow))
             + 2 * n_esc)
     if pos + tail != b:
         raise chunk_fault(i, FAULT_SIZE, size=b - a, implied=pos + tail - a)
-    return ChunkHead(cb, ref, shift, mode, hd.sign, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
+    return ChunkHead(cb, ref, shift, mode, hd.sign, hd.narrow, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
                      pos + 4 * lanes(n_coded))
 
 
@@ -424,12 +435,13 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
         rows[ok] = prefixes[idx].reshape(-1).view(CHUNK_HEAD.dtype)
     mode = rows["mode"].astype(np.int64)
     shift = rows["shift"].astype(np.int64)
-    reserved = rows["reserved"].astype(np.int64)
+    narrow = rows["narrow"].astype(np.int64)
     sign = rows["sign"].astype(np.int64)
     codebook = rows["codebook"].astype(np.int64)
     sign_ok = np.isin(sign, SIGN_MODES if h.version >= 2 else (SIGN_STORED,))
-    fail(ok & ((reserved != 0) | ((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok), FAULT_MODE)
-    fail(ok & (shift > h.layout.man_bits - 1), FAULT_SHIFT)
+    fail(ok & (((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok | ((narrow != 0) & (sign == SIGN_STORED))),
+         FAULT_MODE)
+    fail(ok & (shift + narrow > h.layout.man_bits - 1), FAULT_SHIFT)
     fail(ok & (codebook >= N_CODEBOOKS), FAULT_CODEBOOK)
     pos = a + CHUNK_HEAD.size
     n_coded = n.copy()
@@ -449,17 +461,17 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     n_sm, n_esc, n_words = (rows[k].astype(np.int64) for k in ("n_sm", "n_esc", "n_words"))
     fail((n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded), FAULT_COUNTS)
     k = np.array([lanes(int(v)) for v in n_coded], dtype=np.int64) if m else np.zeros(0, np.int64)
-    width = plane_width(h.layout.man_bits, shift, sign)
+    width = plane_width(h.layout.man_bits, shift, sign, narrow)
     tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, width) + 2 * n_esc
     fail(pos + tail != b, FAULT_SIZE)
     bad = np.flatnonzero(fault)
     if len(bad):
         j = bad[np.argmin(ids[bad])]
         raise chunk_fault(int(ids[j]), int(fault[j]), size=int(b[j] - a[j]), mode=int(mode[j]),
-                          reserved=int(reserved[j]), sign=int(sign[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
+                          narrow=int(narrow[j]), sign=int(sign[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
                           codebook=int(codebook[j]), family=FAMILY_VERSION, last=N_CODEBOOKS - 1,
                           n_sm=int(n_sm[j]), n_esc=int(n_esc[j]), n_words=int(n_words[j]),
                           n_coded=int(n_coded[j]), implied=int(pos[j] + tail[j] - a[j]))
     return {"codebook": codebook, "ref": rows["ref"].astype(np.int64), "shift": shift,
-            "mode": mode, "sign": sign, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
+            "mode": mode, "sign": sign, "narrow": narrow, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
             "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k}

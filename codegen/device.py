@@ -184,11 +184,11 @@ def _host_heads(h, buf, ids, out_at, dev):
         nzb_at[j] = len(nzb)
         nzb.extend(np.flatnonzero(~hd["zero_blocks"][j]).tolist())
     plane_at = hd["words"] + 2 * hd["n_words"]
-    esc_at = plane_at + packed_nbytes(hd["n_sm"], fmt.plane_width(lay.man_bits, hd["shift"], hd["sign"]))
+    esc_at = plane_at + packed_nbytes(hd["n_sm"], fmt.plane_width(lay.man_bits, hd["shift"], hd["sign"], hd["narrow"]))
     metas = np.stack(META.order(states_at=hd["states"], words_at=hd["words"], n_words=hd["n_words"], plane_at=plane_at,
                                 esc_at=esc_at, n_sm=hd["n_sm"], n_esc=hd["n_esc"], n_coded=hd["n_coded"],
                                 shift=hd["shift"], table=tab.reshape(-1), out_at=out_at, mode=hd["mode"],
-                                nzb_at=nzb_at, lanes=hd["lanes"], sign=hd["sign"]), axis=1)
+                                nzb_at=nzb_at, lanes=hd["lanes"], sign=hd["sign"], narrow=hd["narrow"]), axis=1)
     return t(metas), tables, his, (t(nzb) if nzb else None)
 
 
@@ -218,14 +218,15 @@ def _device_heads(h, buf_t, ids, out_at):
         at, width = fmt.CHUNK_HEAD.offset[name], fmt.CHUNK_HEAD.width[name]
         return sum(b[:, at + j] << (8 * j) for j in range(width))
 
-    cb, ref, shift, mode, sign, reserved = (field(f) for f in ("codebook", "ref", "shift", "mode", "sign", "reserved"))
+    cb, ref, shift, mode, sign, narrow = (field(f) for f in ("codebook", "ref", "shift", "mode", "sign", "narrow"))
     ref = torch.where(ref >= 1 << 15, ref - (1 << 16), ref)
     n_sm, n_esc, n_words = field("n_sm"), field("n_esc"), field("n_words")
     known = torch.zeros_like(mode, dtype=torch.bool)
     for m in fmt.ZERO_BLOCK_MODES:
         known |= mode == m
     max_sign = max(s for s in fmt.SIGN_MODES if fmt.sign_mode_ok(h.version, s))
-    bad = short | (reserved != 0) | ((mode != 0) & ~known) | (sign > max_sign) | (shift > lay.man_bits - 1)
+    bad = short | ((mode != 0) & ~known) | (sign > max_sign) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
+    bad |= shift + narrow > lay.man_bits - 1
     bad |= cb >= cbk.N_CODEBOOKS
     pos = start + hsize
     n_coded = n.clone()
@@ -254,7 +255,7 @@ def _device_heads(h, buf_t, ids, out_at):
         base += count
     bad |= (n_sm > n_coded) | (n_esc > n_sm) | (n_words > n_coded)
     k = _lanes(n_coded)
-    w = fmt.plane_width(lay.man_bits, shift, sign)
+    w = fmt.plane_width(lay.man_bits, shift, sign, narrow)
     tail = 4 * k + 2 * n_words + packed_nbytes(n_sm, w) + 2 * n_esc
     bad |= pos + tail != end
     if bool(bad.any()):
@@ -266,7 +267,7 @@ def _device_heads(h, buf_t, ids, out_at):
     esc_at = plane_at + packed_nbytes(n_sm, w)
     metas = _stack_rows(META, states_at=pos, words_at=words_at, n_words=n_words, plane_at=plane_at, esc_at=esc_at,
                         n_sm=n_sm, n_esc=n_esc, n_coded=n_coded, shift=shift, table=tab.reshape(-1),
-                        out_at=t(out_at), mode=mode, nzb_at=nzb_at, lanes=k, sign=sign)
+                        out_at=t(out_at), mode=mode, nzb_at=nzb_at, lanes=k, sign=sign, narrow=narrow)
     return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
 
 
@@ -504,9 +505,13 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     # the sign mode (as reference.codec.sign_mode): every negative word is in the plane (+0 is not negative)
     sign = torch.where(neg[cc] == 0, fmt.SIGN_POSITIVE, torch.where(neg[cc] == n_sm, fmt.SIGN_NEGATIVE,
                                                                     fmt.SIGN_STORED))
+    # without a sign on top, the high bits above every residual's go too (as reference.codec)
+    top = low[cc] >> shift[cc]
+    bits = torch.where(top > 0, torch.floor(torch.log2(top.clamp(min=1).double())).long() + 1, 0)
+    narrow = torch.where(sign != fmt.SIGN_STORED, (M - 1 - shift[cc] - bits).clamp(min=0), 0)
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
     size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words
-            + packed_nbytes(n_sm, fmt.plane_width(M, shift[cc], sign)) + 2 * n_esc)
+            + packed_nbytes(n_sm, fmt.plane_width(M, shift[cc], sign, narrow)) + 2 * n_esc)
 
     # the choice per chunk: the smallest candidate, the earliest (plain first) on ties; RAW if not smaller
     raw_size = n * lay.itemsize
@@ -540,7 +545,8 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         rows = _stack_rows(PLANES, start=start[chosen], n_coded=n_coded[chosen], mode=cmode, nzb_at=nzb_at[chosen],
                            table=chosen, ref=ref[chosen], shift=shift[cc[chosen]], n_sm=n_sm[chosen],
                            n_esc=n_esc[chosen], n_words=n_words[chosen], codebook=cb[chosen], pay_at=at,
-                           plane_at=plane_at, scratch_at=scratch_at, sign=sign[chosen])
+                           plane_at=plane_at, scratch_at=scratch_at, sign=sign[chosen],
+                           narrow=narrow[chosen])
         kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
         _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
     plain = torch.nonzero(~coded).flatten()

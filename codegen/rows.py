@@ -20,13 +20,14 @@ COUNTS = Row("enc_counts", ["n_words", "n_sm", "n_esc"], "CT")
 PLACE = Row("enc_place", ["rans_at", "lanes", "n_words", "states_at"], "PL")
 # step 4 (enc_planes): chunk head, residual plane and escapes of the chosen candidates
 PLANES = Row("enc_planes", ["start", "n_coded", "mode", "nzb_at", "table", "ref", "shift", "n_sm", "n_esc",
-                            "n_words", "codebook", "pay_at", "plane_at", "scratch_at", "sign"], "PN")
+                            "n_words", "codebook", "pay_at", "plane_at", "scratch_at", "sign", "narrow"], "PN")
 # RAW and CONST chunks: encoder (enc_copy) and decoder (dec_copy)
 COPY = Row("enc_copy", ["start", "n", "pay_at", "kind"], "CP")
 DEC_COPY = Row("dec_copy", ["out_at", "n", "pay_at", "kind"], "DC")
 # the decoder's row per coded chunk (decode_coded_chunks, dec_symbols, dec_values)
 META = Row("decode_meta", ["states_at", "words_at", "n_words", "plane_at", "esc_at", "n_sm", "n_esc", "n_coded",
-                           "shift", "table", "out_at", "mode", "nzb_at", "lanes", "sign"], "META")
+                           "shift", "table", "out_at", "mode", "nzb_at", "lanes", "sign", "narrow"],
+           "META")
 
 ROWS = (STATS, RANS, COUNTS, PLACE, PLANES, COPY, DEC_COPY, META)
 

@@ -62,13 +62,20 @@ def _sign_mode(meta, c):
 
 
 @triton.jit
+def _narrow(meta, c):
+    """Chunk ``c``'s high residual bits left out of the plane."""
+    mrow = meta + c * META_WIDTH
+    return tl.load(mrow + META_NARROW)
+
+
+@triton.jit
 def _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc, shift, mode,
-            nzb_at, sign, zv, E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
+            nzb_at, sign, narrow, zv, E: tl.constexpr, M: tl.constexpr, TOP: tl.constexpr, MAX_FULL: tl.constexpr):
     """Write the words of coded values ``i`` (symbols ``s``) to ``out``: residual bits from the plane,
     exponent and leading bit from the symbol or the escape plane; ``kk``/``ke``: non-ZERO values and
     escapes before this vector; ``sign``: the chunk's sign mode (a plane without signs is 1 bit narrower;
-    SIGN_NEGATIVE puts the sign back).  Returns a fault flag and the vector's non-ZERO and escape counts."""
-    width = M - shift - (sign != SIGN_STORED).to(tl.int64)
+    SIGN_NEGATIVE puts the sign back), ``narrow``: high bits the plane leaves out.  Returns a fault flag and the vector's non-ZERO and escape counts."""
+    width = M - shift - (sign != SIGN_STORED).to(tl.int64) - narrow
     full = width // 8
     rem = width % 8
     ssr = M - 1 - shift
@@ -193,7 +200,8 @@ def dec_values(
         active = i < n_coded
         s = tl.load(sym + at + i, mask=active, other=0).to(tl.int64)
         b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
-                                shift, mode, nzb_at, _sign_mode(meta, c), zv, E, M, TOP, MAX_FULL)
+                                shift, mode, nzb_at, _sign_mode(meta, c), _narrow(meta, c), zv, E, M, TOP,
+                                MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
@@ -231,7 +239,8 @@ def decode_coded_chunks(
         s, x, ptr, b = _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words)
         bad = bad | b
         b, n_nz, n_es = _values(buf, hi, nzb, out, out_at, s, i, active, kk, ke, tab, plane_at, esc_at, n_sm, n_esc,
-                                shift, mode, nzb_at, _sign_mode(meta, c), zv, E, M, TOP, MAX_FULL)
+                                shift, mode, nzb_at, _sign_mode(meta, c), _narrow(meta, c), zv, E, M, TOP,
+                                MAX_FULL)
         bad = bad | b
         kk += n_nz
         ke += n_es
@@ -473,12 +482,13 @@ def enc_planes(
     _store_le(out, pay_at + CH_SHIFT, shift, 1)
     _store_le(out, pay_at + CH_MODE, mode, 1)
     sign = tl.load(row + PN_SIGN)
+    narrow = tl.load(row + PN_NARROW)
     _store_le(out, pay_at + CH_SIGN, sign, 1)
-    _store_le(out, pay_at + CH_RESERVED, tl.zeros([], tl.int64), 1)
+    _store_le(out, pay_at + CH_NARROW, narrow, 1)
     _store_le(out, pay_at + CH_N_SM, n_sm, 4)
     _store_le(out, pay_at + CH_N_ESC, n_esc, 4)
     _store_le(out, pay_at + CH_N_WORDS, n_words, 4)
-    width = M - shift - (sign != SIGN_STORED).to(tl.int64)      # a sign the mode gives is not stored
+    width = M - shift - (sign != SIGN_STORED).to(tl.int64) - narrow      # nor a sign the mode gives
     full = width // 8
     rem = width % 8
     esc_at = plane_at + full * n_sm + (n_sm * rem + 7) // 8

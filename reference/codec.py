@@ -241,12 +241,15 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
         signs = sign[j][keep]
         mode_s = sign_mode(signs)
         residual = (np.where(mode_s == SIGN_STORED, signs, 0) << (M - 1 - shift)) | (low[j][keep] >> shift)
+        # without the sign on top, the high bits that every residual leaves zero go too (small subnormals)
+        narrow = 0 if mode_s == SIGN_STORED else M - 1 - shift - int(np.bitwise_or.reduce(residual, initial=0)).bit_length()
+        narrow = max(narrow, 0)
         esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
-        out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, sign=mode_s, reserved=0,
+        out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, sign=mode_s, narrow=narrow,
                                              n_sm=int(keep.sum()), n_esc=len(esc), n_words=len(words[j])),
                              bitmaps[j] if mode else b"",
                              states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
-                             pack_bits(residual, plane_width(M, shift, mode_s)), esc.astype("<u2").tobytes()]))
+                             pack_bits(residual, plane_width(M, shift, mode_s, narrow)), esc.astype("<u2").tobytes()]))
     return out
 
 
@@ -306,7 +309,7 @@ def _decode_group(h, mv, items, n, out, base):
             raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
         shift = hd.shift
         pos = hd.words + 2 * hd.n_words
-        width = plane_width(M, shift, hd.sign)
+        width = plane_width(M, shift, hd.sign, hd.narrow)
         plane = packed_nbytes(hd.n_sm, width)
         residual = unpack_bits(mv[pos:pos + plane], hd.n_sm, width)
         if hd.sign == SIGN_NEGATIVE:

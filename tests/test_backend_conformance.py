@@ -108,7 +108,7 @@ def _forged_streams():
     a = h.chunk_span(1)[0]
     out = [("truncated", blob[:-3])]
     for field, value in (("mode", 9), ("shift", 7), ("n_words", 0xFF), ("codebook", 0xFF), ("sign", 3),
-                         ("sign", 1), ("reserved", 1)):
+                         ("sign", 1), ("narrow", 1)):
         bad = bytearray(blob)
         bad[a + fmt.CHUNK_HEAD.offset[field]] = value
         out.append((f"chunk head {field}={value}", bytes(bad)))
@@ -121,6 +121,10 @@ def _forged_streams():
     bad = bytearray(pos)                      # (relabelled NEGATIVE it is a valid stream of other values)
     bad[hp.chunk_span(1)[0] + fmt.CHUNK_HEAD.offset["sign"]] = fmt.SIGN_STORED
     out.append(("positive chunk relabelled stored", bytes(bad)))
+    for narrow in (1, 7):                     # a plane narrower than the payload, or than no residual
+        bad = bytearray(pos)
+        bad[hp.chunk_span(1)[0] + fmt.CHUNK_HEAD.offset["narrow"]] = narrow
+        out.append((f"positive chunk narrowed by {narrow}", bytes(bad)))
     crc = bytes(codec.encode(x, chunk_size=512, checksum=True, backend="reference"))
     hc = fmt.parse_header(crc)
     bad = bytearray(crc)

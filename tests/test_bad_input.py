@@ -140,6 +140,7 @@ def _heads_stream():
     x[6000:6010] = make_values("random_bits", "float16", 10, 2)
     x[7000:8000] = abs(x[7000:8000])          # sign modes positive and negative
     x[8000:] = -abs(x[8000:])
+    x[5000:6000] = (np.arange(1000) % 6).astype(np.uint16).view(x.dtype)     # small subnormals: narrowed plane
     return bytes(codec.encode(x, chunk_size=1000))
 
 
@@ -179,7 +180,7 @@ def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, off
         return
     got = fmt.parse_chunk_heads(h, ids, prefixes, at)
     for j, hd in enumerate(want):
-        for field in ("codebook", "ref", "shift", "mode", "sign", "n_sm", "n_esc", "n_words", "n_coded", "states",
+        for field in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc", "n_words", "n_coded", "states",
                       "words"):
             assert got[field][j] == getattr(hd, field), field
         assert (got["zero_blocks"][j] is None) == (hd.zero_blocks is None)

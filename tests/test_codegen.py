@@ -73,9 +73,9 @@ def test_triton_decoder_bit_exact(dtype):
 
 
 def _encoder_case(dtype):
-    """Six 128-value chunks and a short one that take every path of the encoder: escapes and -0, a
+    """Seven 128-value chunks and a short one that take every path of the encoder: escapes and -0, a
     zero-block payload, CONST, RAW (random bits), sign modes positive and negative (with -0 and +0
-    values), dropped low mantissa bits in a short last chunk."""
+    values), small subnormals (high bits dropped), dropped low mantissa bits in a short last chunk."""
     lay = layout_for(dtype)
     g = make_values("gaussian", dtype, 128, 1, -1.0)
     g[3] = make_values("random_bits", dtype, 1, 5)[0]
@@ -87,7 +87,8 @@ def _encoder_case(dtype):
     neg = -abs(make_values("laplace", dtype, 128, 7, -1.0))
     neg[::5] = 0
     neg.view(lay.uint)[3] = 1 << (8 * lay.itemsize - 1)                     # -0 is negative
-    return np.concatenate([g, z, np.full(128, g[0]), make_values("random_bits", dtype, 128, 3), pos, neg,
+    sub = ((np.arange(128) * 7) % 5).astype(lay.uint).view(g.dtype)         # +0 and 1..4 ulps
+    return np.concatenate([g, z, np.full(128, g[0]), make_values("random_bits", dtype, 128, 3), pos, neg, sub,
                            low.view(g.dtype)])
 
 
@@ -103,9 +104,10 @@ def test_triton_encoder_bit_exact(dtype):
     ref = codec.encode(x, chunk_size=128, backend="reference")
     assert isinstance(blob, bytearray) and blob == ref
     chunks = codec.inspect(ref)["chunks"]
-    assert [c["kind"] for c in chunks] == ["coded", "coded", "const", "raw", "coded", "coded", "coded"]
-    assert chunks[1]["zero_block_size"] == 16 and chunks[6]["dropped_mantissa_bits"] >= 1
-    assert [chunks[i]["sign"] for i in (0, 4, 5)] == ["stored", "positive", "negative"]
+    assert [c["kind"] for c in chunks] == ["coded", "coded", "const", "raw", "coded", "coded", "coded", "coded"]
+    assert chunks[1]["zero_block_size"] == 16 and chunks[7]["dropped_mantissa_bits"] >= 1
+    assert [chunks[i]["sign"] for i in (0, 4, 5, 6)] == ["stored", "positive", "negative", "positive"]
+    assert chunks[6]["dropped_high_bits"] == max(0, layout_for(dtype).man_bits - 1 - 3)
     h, words = tb.decode_stream(torch.frombuffer(bytearray(ref), dtype=torch.uint8))
     assert h.shape == x.shape
     assert np.array_equal(words.numpy().view(layout_for(dtype).uint), x.view(layout_for(dtype).uint))

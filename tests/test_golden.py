@@ -54,3 +54,5 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
     assert kinds == {"coded", "const", "raw"}
     assert {0, 16} <= modes
     assert {(2, "stored"), (2, "positive"), (2, "negative"), (1, "stored")} <= signs
+    assert any(c.get("dropped_high_bits") for v, n in golden.cases() if v == 2
+               for c in codec.inspect(golden.read(v, n)[2])["chunks"])

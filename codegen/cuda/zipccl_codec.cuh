@@ -36,6 +36,7 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
     const i64 out_at = m[L::META_OUT_AT], nzb_at = m[L::META_NZB_AT];
     const int shift = (int)m[L::META_SHIFT], mode = (int)m[L::META_MODE], k = (int)m[L::META_LANES];
     const int sign = (int)m[L::META_SIGN];       // codec/format.py SIGN_*: a plane without signs is 1 bit narrower
+    const int narrow = (int)m[L::META_NARROW];   // ... and leaves out this many high bits
     for (int t = lane; t < L::TOTAL; t += 32) slot[t] = (u32)tables[tab * L::TOTAL + t];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) hsym[t] = hi[tab * L::N_SYMBOLS + t];
     __syncwarp();
@@ -46,7 +47,7 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
         const u8* p = buf + states_at + 4 * lane;
         x = (u64)p[0] | ((u64)p[1] << 8) | ((u64)p[2] << 16) | ((u64)p[3] << 24);
     }
-    const int width = L::M - shift - (sign != L::SIGN_STORED), full = width >> 3, rem = width & 7;
+    const int width = L::M - shift - (sign != L::SIGN_STORED) - narrow, full = width >> 3, rem = width & 7;
     const int ssr = L::M - 1 - shift;
     const u64 neg = sign == L::SIGN_NEGATIVE;
     const unsigned below = (1u << lane) - 1u;
@@ -296,6 +297,7 @@ __device__ __forceinline__ void enc_planes(const typename L::word_t* __restrict_
     const i64 cb = row[L::PN_CODEBOOK], pay_at = row[L::PN_PAY_AT], plane_at = row[L::PN_PLANE_AT];
     const i64 scratch_at = row[L::PN_SCRATCH_AT];
     const int mode = (int)row[L::PN_MODE], shift = (int)row[L::PN_SHIFT], sign = (int)row[L::PN_SIGN];
+    const int narrow = (int)row[L::PN_NARROW];
     for (int t = lane; t < L::N_SYMBOLS; t += 32) f_s[t] = freq[tab * L::N_SYMBOLS + t];
     if (lane == 0) {       // the chunk head (codec/format.py CHUNK_HEAD)
         zipccl_store_le(out, pay_at + L::CH_CODEBOOK, (u64)cb, 2);
@@ -303,14 +305,14 @@ __device__ __forceinline__ void enc_planes(const typename L::word_t* __restrict_
         zipccl_store_le(out, pay_at + L::CH_SHIFT, (u64)shift, 1);
         zipccl_store_le(out, pay_at + L::CH_MODE, (u64)mode, 1);
         zipccl_store_le(out, pay_at + L::CH_SIGN, (u64)sign, 1);
-        zipccl_store_le(out, pay_at + L::CH_RESERVED, 0, 1);
+        zipccl_store_le(out, pay_at + L::CH_NARROW, (u64)narrow, 1);
         zipccl_store_le(out, pay_at + L::CH_N_SM, (u64)n_sm, 4);
         zipccl_store_le(out, pay_at + L::CH_N_ESC, (u64)n_esc, 4);
         zipccl_store_le(out, pay_at + L::CH_N_WORDS, (u64)n_words, 4);
     }
     __syncwarp();
     const bool has_zero = f_s[L::SYM_ZERO] > 0;
-    const int width = L::M - shift - (sign != L::SIGN_STORED), full = width >> 3, rem = width & 7;
+    const int width = L::M - shift - (sign != L::SIGN_STORED) - narrow, full = width >> 3, rem = width & 7;
     const i64 esc_at = plane_at + full * n_sm + (n_sm * rem + 7) / 8;
     const unsigned below = (1u << lane) - 1u;
     i64 kk = 0, ke = 0;

@@ -27,6 +27,7 @@ CASES = {
     "signs_bf16": ("gaussian", "bfloat16", 1280, 10, -1.0, 256, False),      # chunks +, -, mixed, ReLU, -ReLU
     "adam_sq_f32": ("gaussian", "float32", 3000, 11, -4.0, 1024, True),      # squared: positive, many binades
     "logprob_f16": ("laplace", "float16", 2000, 12, 0.5, 1000, False),       # -|x|: negative
+    "subnormal_f16": ("gaussian", "float16", 1500, 13, -3.5, 512, False),    # x^2: fp16 exp_avg_sq, subnormal
 }
 
 
@@ -47,6 +48,8 @@ def make_input(name: str) -> np.ndarray:
         x[1024:] = np.minimum(x[1024:], -0.0)
     if name == "adam_sq_f32":
         x = x * x
+    if name == "subnormal_f16":   # squares underflow: zeros and a few ulps of the smallest subnormal
+        x = (x.astype(np.float32) ** 2).astype(x.dtype)
     if name == "logprob_f16":
         x = -abs(x)
     return x
