@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
+from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
                        WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
@@ -116,7 +116,7 @@ def _select(n, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds):
     for t in zero_thresholds:
         if (n_zero << ZERO_FRAC_BITS) >= t * n:
             z += 1
-    return (best_s * PHASES + best_qq) * _N_ZL + z, best_rr
+    return (best_s * PHASES + best_qq) * _N_ZL + z, max(best_rr, REF_MIN)
 
 
 @njit(cache=True, inline="always")

@@ -44,6 +44,9 @@ PROB_BITS = 12                    # rANS probability precision: tables sum to 40
 TOTAL = 1 << PROB_BITS
 WINDOW = 40                       # coded relative exponents d in [-WINDOW_LOW, WINDOW - WINDOW_LOW)
 WINDOW_LOW = 31
+#: the lowest reference exponent the encoder picks (format v2): the window then still reaches field 0,
+#: where a chunk of subnormals puts every value (a lower one leaves them all to escapes)
+REF_MIN = WINDOW_LOW - WINDOW + 1
 SYM_ZERO, SYM_ESC, SYM_WINDOW0 = 0, 1, 2
 N_SYMBOLS = SYM_WINDOW0 + 2 * WINDOW
 _LOG2_1_5 = math.log2(1.5)        # the leading mantissa bit splits a binade at 1.5 * 2^e
@@ -234,7 +237,8 @@ def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, sum_e2: int,
       on ties), ``ref = floor((m - mean_offsets[s, q] + 128) / 256)``;
     * the shape is the one whose predicted variance ``variances[s, q_s]`` is nearest ``v``
       (first on ties);
-    * zero level = number of ``zero_thresholds`` ``t`` with ``n_zero * 2^24 >= t * n``.
+    * zero level = number of ``zero_thresholds`` ``t`` with ``n_zero * 2^24 >= t * n``;
+    * the reference is at least REF_MIN (format v2; v1 encoders did not clamp it).
     """
     fam = family or load_family()
     m = v = 0
@@ -258,7 +262,7 @@ def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, sum_e2: int,
     z = 0
     for t in fam.zero_thresholds:
         z += int((n_zero << ZERO_FRAC_BITS) >= int(t) * n)
-    return codebook_id(s, best_q, z), best_ref
+    return codebook_id(s, best_q, z), max(best_ref, REF_MIN)
 
 
 def main(argv=None) -> int:

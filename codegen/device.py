@@ -380,7 +380,7 @@ def select_codebooks(n, n_zero, n_log, sum_e, sum_e2):
             best_q = torch.where(better, q_s, best_q)
             best_ref = torch.where(better, ref_s, best_ref)
     z = ((n_zero[:, None] << cbk.ZERO_FRAC_BITS) >= thresholds[None, :] * n[:, None]).sum(dim=1)
-    return (best_s * cbk.PHASES + best_q) * len(cbk.ZERO_LEVELS) + z, best_ref
+    return (best_s * cbk.PHASES + best_q) * len(cbk.ZERO_LEVELS) + z, best_ref.clamp(min=cbk.REF_MIN)
 
 
 def clipped_tables(cb, ref, lay):

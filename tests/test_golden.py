@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import codec
+from codec.codebook import REF_MIN
 from codec.format import FORMAT_VERSION
+from codec.layouts import layout_named
 from tests import golden
 from tests.helpers import assert_bit_equal, np_dtype
 
@@ -54,5 +56,7 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
     assert kinds == {"coded", "const", "raw"}
     assert {0, 16} <= modes
     assert {(2, "stored"), (2, "positive"), (2, "negative"), (1, "stored")} <= signs
-    assert any(c.get("dropped_high_bits") for v, n in golden.cases() if v == 2
-               for c in codec.inspect(golden.read(v, n)[2])["chunks"])
+    v2 = [(golden.read(2, n)[0], c) for n in golden.manifest(2) for c in codec.inspect(golden.read(2, n)[2])["chunks"]]
+    assert any(c.get("dropped_high_bits") for _, c in v2)
+    # a chunk whose fitted reference exponent fell below REF_MIN (clamped: the window reaches field 0)
+    assert any(c.get("ref_exponent") == REF_MIN - layout_named(m["dtype"]).bias for m, c in v2)
