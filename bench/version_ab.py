@@ -1,0 +1,94 @@
+"""Two checkouts of zipccl, timed against each other: the same inputs encoded and decoded by each
+checkout's own numba kernels, in fresh processes that alternate (A, B, A, B, ...; the order flips every
+round, so a machine that slows down during the run burdens both), one codec thread.
+
+    python -m bench.version_ab OLD_CHECKOUT NEW_CHECKOUT [--rounds 6] [--out FILE]
+
+(``git worktree add --detach /tmp/old <commit>`` gives a checkout of an older commit.)  Each process
+encodes its own stream of each input (so a format change is measured as users meet it) and reports the
+best of several calls; the table gives NEW/OLD per round and their median.  For a change that must not
+cost speed (a new format mode), where one process's figures vary by ±10 % on a shared machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_CHILD = r"""
+import json, time, numpy as np, ml_dtypes, codec
+codec.set_num_threads(1)
+rng = np.random.default_rng(0)
+out = {}
+for name, dt, n in (("bf16 gaussian", ml_dtypes.bfloat16, 32 << 20), ("fp16 gaussian", np.float16, 32 << 20),
+                    ("fp32 gaussian", np.float32, 16 << 20), ("bf16 abs(gaussian)", ml_dtypes.bfloat16, 32 << 20),
+                    ("bf16 ReLU", ml_dtypes.bfloat16, 32 << 20)):
+    x = rng.standard_normal(n) * 0.02
+    x = abs(x) if "abs" in name else np.maximum(x, 0) if "ReLU" in name else x
+    x = x.astype(dt)
+    blob = codec.encode(x)
+    dst = np.empty_like(x)
+    def best(fn, k):
+        t = []
+        for _ in range(k):
+            t0 = time.perf_counter(); fn(); t.append(time.perf_counter() - t0)
+        return min(t)
+    out[name] = {"ratio": x.nbytes / len(blob), "encode": x.nbytes / best(lambda: codec.encode(x), 5) / 1e6,
+                 "decode": x.nbytes / best(lambda: codec.decode(blob, out=dst), 9) / 1e6}
+print(json.dumps(out))
+"""
+
+
+def _run(checkout: Path, cache: str) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "ZIPCCL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", _CHILD], cwd=checkout, env=env, capture_output=True, text=True,
+                         check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", type=Path)
+    ap.add_argument("new", type=Path)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    args = ap.parse_args(argv)
+    from bench.speed import _cpu_model
+
+    caches = {k: tempfile.mkdtemp(prefix=f"zipccl-ab-{k}-") for k in ("old", "new")}
+    for k in ("old", "new"):                     # compile both before timing anything
+        _run(getattr(args, k), caches[k])
+    rounds = []
+    for r in range(args.rounds):
+        order = ("old", "new") if r % 2 == 0 else ("new", "old")
+        got = {k: _run(getattr(args, k), caches[k]) for k in order}
+        rounds.append(got)
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    lines = [f"CPU: {_cpu_model()}; one codec thread; NEW = {args.new}, OLD = {args.old}; {args.rounds} rounds of "
+             "fresh processes, alternating (order flipped every round); MB/s are the medians, best of 5 encodes / "
+             "9 decodes (into a reused buffer) per process.", "",
+             "| input | ratio old | ratio new | encode old | encode new | new/old per round | median | "
+             "decode old | decode new | new/old per round | median |", "|---" * 11 + "|"]
+    for name in rounds[0]["old"]:
+        cells = [name, f"{rounds[0]['old'][name]['ratio']:.3f}", f"{rounds[0]['new'][name]['ratio']:.3f}"]
+        for what in ("encode", "decode"):
+            old = [g["old"][name][what] for g in rounds]
+            new = [g["new"][name][what] for g in rounds]
+            rel = [n / o for n, o in zip(new, old)]
+            cells += [f"{statistics.median(old):.0f}", f"{statistics.median(new):.0f}",
+                      " ".join(f"{v:.2f}" for v in rel), f"{statistics.median(rel):.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
