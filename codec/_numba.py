@@ -1057,7 +1057,8 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
 @njit(cache=True, inline="always")
 def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, E, M, out, ranked):
     """rans_decode16_values, specialised (literal layout arguments) for each dtype's unshifted plane,
-    with the sign stored or (bf16, fp16, fp32) positive; ``em``: E << 8 | M, | 1 << 16 for negative chunks."""
+    with the sign stored or (bf16, fp16, fp32) positive; ``em``: E << 8 | M, | 1 << 16 for negative chunks.
+    The calls are spelled out: each must pass its plane layout as literals for numba to specialise on."""
     if shift == 0 and em == (E << 8) | M and full * 8 + rem == M - 1:
         if E == 8 and M == 7:
             return rans_decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, 0, 6, 0, ref, 0x807, out, ranked)
