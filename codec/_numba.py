@@ -24,7 +24,7 @@ from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAU
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
                      FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
                      SIGN_NEGATIVE, SIGN_POSITIVE, SIGN_STORED, VALUES_PER_LANE, ZERO_BLOCK_MODES, Header,
-                     chunk_fault, crc32c, parse_chunk_head)
+                     chunk_fault, crc32c, parse_chunk_head, plane_width, sign_modes)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
@@ -42,6 +42,7 @@ _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_N
 _N_ZL = len(ZERO_LEVELS)
 _MODE_A, _MODE_B = ZERO_BLOCK_MODES
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
+_plane_width = njit(cache=True, inline="always")(plane_width)     # codec.format's, compiled
 _MASK = (1 << PROB_BITS) - 1
 
 
@@ -278,11 +279,7 @@ def _narrow(orlow, shift, M, sign):
     where the sign is not stored on top of them."""
     if sign == SIGN_STORED:
         return 0
-    v = orlow >> shift
-    bits = 0
-    while v:
-        bits += 1
-        v >>= 1
+    bits = 64 - np.int64(leading_zeros(np.uint64(orlow >> shift)))      # bit length (0 for 0)
     return max(M - 1 - shift - bits, 0)
 
 
@@ -353,7 +350,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for j in range(2 * WINDOW):
         if f[SYM_WINDOW0 + j] > 0:
             symwin[j] = SYM_WINDOW0 + j
-    width = M - shift - (sign != SIGN_STORED) - narrow
+    width = _plane_width(M, shift, sign, narrow)
     full = width // 8
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
@@ -551,7 +548,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
             xl = xl >> (16 * need)
             q = np.int64(xl * inv[s] + 6.103515625e-05)
             x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
-    width = M - shift - (sign != SIGN_STORED) - narrow
+    width = _plane_width(M, shift, sign, narrow)
     size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, width) + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
@@ -901,7 +898,7 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
 
 # fields of a coded chunk's decode parameters (``prm``), filled by _open_chunk
 (_P_N, _P_NCODED, _P_K, _P_WP, _P_WEND, _P_PLANE, _P_ESC, _P_NSM, _P_NESC, _P_FULL, _P_REM, _P_SHIFT, _P_REF,
- _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED, _P_SIGN) = range(21)
+ _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED, _P_NEG) = range(21)
 _N_PRM = 21
 
 
@@ -955,8 +952,9 @@ _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
-def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
-    """Validate coded payload ``buf[a:b]`` of ``n`` values (of a format-``version`` stream); fill ``prm``, the slot table ``tab``
+def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, max_sign):
+    """Validate coded payload ``buf[a:b]`` of ``n`` values (``max_sign``: the stream version's highest sign
+    mode, codec.format.sign_modes); fill ``prm``, the slot table ``tab``
     (TOTAL + LANES entries, then the ranked table where the rounds use it) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
         return FAULT_SHORT
@@ -971,7 +969,6 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
     n_sm = _get32(buf, a + _CH_NSM)
     n_esc = _get32(buf, a + _CH_NESC)
     n_words = _get32(buf, a + _CH_NWORDS)
-    max_sign = SIGN_NEGATIVE if version >= 2 else SIGN_STORED
     if ((mode != 0 and mode != _MODE_A and mode != _MODE_B) or sign > max_sign
             or (narrow != 0 and sign == SIGN_STORED)):
         return FAULT_MODE
@@ -1000,7 +997,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         return FAULT_COUNTS
     k = _lanes(n_coded)
-    width = M - shift - (sign != SIGN_STORED) - narrow
+    width = _plane_width(M, shift, sign, narrow)
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
         return FAULT_SIZE
@@ -1050,7 +1047,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, version):
     prm[_P_VSAFE] = v_safe
     prm[_P_FAST] = n_coded // k if k % LANES == 0 else 0     # full rounds the SIMD path may take
     prm[_P_RANKED] = ranked
-    prm[_P_SIGN] = sign
+    prm[_P_NEG] = sign == SIGN_NEGATIVE      # the sign the decoder puts back (codec._simd: em's flag)
     return 0
 
 
@@ -1164,9 +1161,8 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     rem = prm[_P_REM]
     shift = prm[_P_SHIFT]
     ref = prm[_P_REF]
-    neg = np.int64(prm[_P_SIGN] == SIGN_NEGATIVE)
-    em = (E << 8) | M | (neg << 16)
-    negbit = neg << (M - 1 - shift)            # a negative chunk's sign, where the residual has it
+    em = (E << 8) | M | (prm[_P_NEG] << 16)
+    negbit = prm[_P_NEG] << (M - 1 - shift)            # a negative chunk's sign, where the residual has it
     # groups of 16 symbols (window or ZERO) whose residuals kk..kk+15 can be read 16 at a time inside buf
     kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
     if full:
@@ -1257,7 +1253,7 @@ def _values_dense(buf, sym, lo, hi, prm, ke, E, M, out):
     are consumed before ``lo``.  Returns the escapes consumed by ``hi``, or minus an error code."""
     top = (1 << E) - 1
     shift = prm[_P_SHIFT]
-    negbit = np.int64(prm[_P_SIGN] == SIGN_NEGATIVE) << (M - 1 - shift)
+    negbit = prm[_P_NEG] << (M - 1 - shift)
     for i in range(lo, hi):
         sy = np.int64(sym[i])
         if sy == SYM_ESC:
@@ -1298,7 +1294,7 @@ def _copy_chunk(buf, a, kind, n, itemsize, dst):
 
 @njit(cache=True, inline="always")
 def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out,
-                 errors, version):
+                 errors, max_sign):
     """Chunks ``2*pair`` and ``2*pair + 1``: the SIMD rounds of both alternate in one loop, so one
     chunk's table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a
     time).  Inlined into a kernel per dtype, where ``itemsize``/``E``/``M`` are constants and only
@@ -1320,7 +1316,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
             _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
             continue
         err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t],
-                          x[t * MAX_LANES:(t + 1) * MAX_LANES], version)
+                          x[t * MAX_LANES:(t + 1) * MAX_LANES], max_sign)
         errors[j] = err
         coded[t] = err == 0
     j0 = 2 * pair
@@ -1334,8 +1330,8 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     t1 = tab[1]
     s0 = sym[0]
     s1 = sym[1]
-    em0 = (E << 8) | M | (np.int64(p0[_P_SIGN] == SIGN_NEGATIVE) << 16)     # the sign flag: codec._simd
-    em1 = (E << 8) | M | (np.int64(p1[_P_SIGN] == SIGN_NEGATIVE) << 16)
+    em0 = (E << 8) | M | (p0[_P_NEG] << 16)     # with the negative chunk's flag (codec._simd)
+    em1 = (E << 8) | M | (p1[_P_NEG] << 16)
     # chunk 0 / chunk 1 parameters, unpacked into locals
     wp0, wend0, fast0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0, ref0 = (
         p0[_P_WP], p0[_P_WEND], p0[_P_FAST], p0[_P_K], p0[_P_DENSE], p0[_P_VSAFE], p0[_P_PLANE], p0[_P_NSM],
@@ -1392,13 +1388,13 @@ def _decoder(lay: FloatLayout):
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
 
-        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, version):
+        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, max_sign):
             # every thread claims the next pair of chunks until none is left
             n_pairs = (len(kinds) + 1) // 2
             pair = fetch_add(ctl, 0, 1)
             while pair < n_pairs:
                 _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
-                             freqs, out, errors, version)
+                             freqs, out, errors, max_sign)
                 pair = fetch_add(ctl, 0, 1)
 
         kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(decode_all)
@@ -1418,7 +1414,7 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     threads = min(get_num_threads(), (len(chunks) + 1) // 2)
     run(_decoder(lay), threads, _counters(1), mv, starts.astype(np.int64), ends.astype(np.int64),
         _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors,
-        h.version)
+        max(sign_modes(h.version)))
     bad = np.flatnonzero(errors)
     if len(bad):
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])

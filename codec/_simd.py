@@ -531,12 +531,17 @@ def _window_t(builder, s, refv):
     return builder.add(s, _broadcast(builder, _I32, builder.trunc(c, _I32)))
 
 
+def _em_exp_bits(builder, emv):
+    """E of a decoder's ``em = E << 8 | M | neg << 16`` (i64)."""
+    return builder.and_(builder.lshr(emv, ir.Constant(_I64, 8)), ir.Constant(_I64, 0xFF))
+
+
 def _store_values16(context, builder, aryty, arr, atv, res, t, emv, shiftv, zero=None):
     """``arr[at:at+16] = ((res >> (M-1-shift)) | neg) << (E+M) | t << (M-1) | (res & low mask) << shift``
     (+0 in the ``zero`` lanes, if given); ``em = E << 8 | M | neg << 16``: ``neg`` is set for a chunk
     of sign mode NEGATIVE (its plane has no sign bits)."""
     vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
-    e_w = vec32(builder.and_(builder.lshr(emv, ir.Constant(_I64, 8)), ir.Constant(_I64, 0xFF)))
+    e_w = vec32(_em_exp_bits(builder, emv))
     m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
     neg = vec32(builder.lshr(emv, ir.Constant(_I64, 16)))
     sh = vec32(shiftv)
@@ -579,8 +584,7 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
                            take, exact=True)
         t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
         top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
-            builder.and_(builder.lshr(emv, ir.Constant(_I64, 8)), ir.Constant(_I64, 0xFF)), _I32))),
-            _splat(_I32, 1))                                                               # 2 * top + 1
+            _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))                         # 2 * top + 1
         bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)), builder.icmp_unsigned(">", t, top2))
         any_bad = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
                               builder.not_(enough))

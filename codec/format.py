@@ -139,16 +139,17 @@ def plane_width(man_bits: int, shift: int, sign: int, narrow: int = 0) -> int:
     return man_bits - shift - (sign != SIGN_STORED) * 1 - narrow
 
 
+def sign_modes(version: int) -> tuple[int, ...]:
+    """The sign modes a chunk head of a version-``version`` stream may carry (each decoder checks
+    ``sign <= max(sign_modes(version))``)."""
+    return SIGN_MODES if version >= 2 else (SIGN_STORED,)
+
+
 def head_mode_ok(version: int, mode: int, sign: int, narrow: int) -> bool:
     """The FAULT_MODE check of a chunk head: a known zero-block mode, a sign mode the version has,
     high bits left out only where the sign is too (both are 0 in a version-1 head)."""
-    return (mode == 0 or mode in ZERO_BLOCK_MODES) and sign_mode_ok(version, sign) and (
+    return (mode == 0 or mode in ZERO_BLOCK_MODES) and sign in sign_modes(version) and (
         narrow == 0 or sign != SIGN_STORED)
-
-
-def sign_mode_ok(version: int, sign: int) -> bool:
-    """Whether a chunk head of a version-``version`` stream may carry sign mode ``sign``."""
-    return sign == SIGN_STORED or (version >= 2 and sign in SIGN_MODES)
 
 
 def lanes(n: int) -> int:
@@ -438,7 +439,7 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     narrow = rows["narrow"].astype(np.int64)
     sign = rows["sign"].astype(np.int64)
     codebook = rows["codebook"].astype(np.int64)
-    sign_ok = np.isin(sign, SIGN_MODES if h.version >= 2 else (SIGN_STORED,))
+    sign_ok = np.isin(sign, sign_modes(h.version))
     fail(ok & (((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok | ((narrow != 0) & (sign == SIGN_STORED))),
          FAULT_MODE)
     fail(ok & (shift + narrow > h.layout.man_bits - 1), FAULT_SHIFT)

@@ -224,8 +224,7 @@ def _device_heads(h, buf_t, ids, out_at):
     known = torch.zeros_like(mode, dtype=torch.bool)
     for m in fmt.ZERO_BLOCK_MODES:
         known |= mode == m
-    max_sign = max(s for s in fmt.SIGN_MODES if fmt.sign_mode_ok(h.version, s))
-    bad = short | ((mode != 0) & ~known) | (sign > max_sign) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
+    bad = short | ((mode != 0) & ~known) | (sign > max(fmt.sign_modes(h.version))) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
     bad |= shift + narrow > lay.man_bits - 1
     bad |= cb >= cbk.N_CODEBOOKS
     pos = start + hsize
