@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .codebook import (N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
+from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, SAMPLE_ALL_BELOW, SAMPLE_STEP, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
                        WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
@@ -35,6 +35,7 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
 _HEAD = CHUNK_HEAD.size
+_SAMPLE_STEP, _SAMPLE_ALL_BELOW = SAMPLE_STEP, SAMPLE_ALL_BELOW
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
 _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_NESC, _CH_NWORDS = (
     CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc",
@@ -85,39 +86,72 @@ def _packed_nbytes(n, width):
 
 
 @njit(cache=True)
-def _select(n, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds):
-    m = 0
-    v = 0
+def _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
+            f, cum):
+    """codec.codebook.select_codebook: per shape the mean-matched (phase, ref), the shape whose clipped
+    table codes the sample ``vals[:m:step]`` in the fewest bits (``f``/``cum``: scratch)."""
+    nb = (2 << E) + 1
+    emask = (1 << E) - 1
+    hist = np.zeros(nb, np.int64)
+    for i in range(0, m, step):
+        w = np.int64(vals[i])
+        if w == 0:
+            hist[nb - 1] += 1
+        else:
+            hist[2 * ((w >> M) & emask) + ((w >> (M - 1)) & 1)] += 1
+    zeros = hist[nb - 1]
+    occ = np.empty(nb, np.int64)
+    k = 0
+    for b in range(nb - 1):
+        if hist[b] > 0 or (b == 0 and zeros > 0):
+            occ[k] = b
+            k += 1
+    mq = 0
     if n_log > 0:
-        m = (s1 << STAT_FRAC_BITS) // n_log
-        v = (((n_log * s2 - s1 * s1) // n_log) << STAT_FRAC_BITS) // n_log
-    best_dist = -1
-    best_s = 0
-    best_qq = 0
-    best_rr = 0
+        mq = (s1 << STAT_FRAC_BITS) // n_log
+    z = 0
+    for t in zero_thresholds:
+        if (n_zero << ZERO_FRAC_BITS) >= t * m:
+            z += 1
+    best_len = -1
+    best_cb = 0
+    best_ref = 0
     for s in range(mean_offsets.shape[0]):
         bq = 0
         br = 0
         be = -1
         for q in range(PHASES):
             off = mean_offsets[s, q]
-            ref = (m - off + (1 << (STAT_FRAC_BITS - 1))) >> STAT_FRAC_BITS
-            err = abs(m - off - (ref << STAT_FRAC_BITS))
+            ref = (mq - off + (1 << (STAT_FRAC_BITS - 1))) >> STAT_FRAC_BITS
+            err = abs(mq - off - (ref << STAT_FRAC_BITS))
             if be < 0 or err < be:
                 bq = q
                 br = ref
                 be = err
-        dist = abs(v - variances[s, bq])
-        if best_dist < 0 or dist < best_dist:
-            best_dist = dist
-            best_s = s
-            best_qq = bq
-            best_rr = br
-    z = 0
-    for t in zero_thresholds:
-        if (n_zero << ZERO_FRAC_BITS) >= t * n:
-            z += 1
-    return (best_s * PHASES + best_qq) * _N_ZL + z, max(best_rr, REF_MIN)
+        br = max(br, REF_MIN)
+        cb = (s * PHASES + bq) * _N_ZL + z
+        _tables(freqs, cb, br, E, has_inf, f, cum)
+        esc = code_lengths[f[SYM_ESC]] + ESC_LENGTH
+        total = 0
+        extra0 = zeros
+        if f[SYM_ZERO] > 0:
+            total += zeros * code_lengths[f[SYM_ZERO]]
+            extra0 = 0
+        for t in range(k):
+            b = occ[t]
+            c = hist[b] + (extra0 if b == 0 else 0)
+            j = (b >> 1) - br + WINDOW_LOW
+            ln = esc
+            if 0 <= j < WINDOW:
+                fs = f[SYM_WINDOW0 + 2 * j + (b & 1)]
+                if fs > 0:
+                    ln = code_lengths[fs]
+            total += c * ln
+        if best_len < 0 or total < best_len:
+            best_len = total
+            best_cb = cb
+            best_ref = br
+    return best_cb, best_ref
 
 
 @njit(cache=True, inline="always")
@@ -478,7 +512,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 
 @njit(cache=True)
-def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+def _code_values(vals, m, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                  mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
@@ -491,9 +525,10 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
     sign_shift = E + M
     n_zero, n_log, s1, s2, orlow, n_neg = _stats(vals, m, E, M)
     n_zero_out[0] = n_zero
-    cb, ref = _select(m, n_zero, n_log, s1, s2, mean_offsets, variances, zero_thresholds)
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
+    cb, ref = _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                      zero_thresholds, f, cum)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     shift = 0
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
@@ -593,7 +628,7 @@ def _code_values(vals, m, E, M, has_inf, freqs, mean_offsets, variances, zero_th
 
 
 @njit(cache=True)
-def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds, best, ahead):
+def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, best, ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
     The plain coded payload is written straight into the slot when it fits; zero-block
     candidates are coded into scratch and copied when smaller."""
@@ -612,7 +647,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     nobits = np.empty(0, np.uint8)
     n_zero = np.zeros(2, np.int64)
-    best_size = _code_values(w, n, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+    step = _SAMPLE_STEP if n >= _SAMPLE_ALL_BELOW else 1
+    best_size = _code_values(w, n, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                              0, nobits, 0, best, sym, wbuf, n_zero, ahead)
     for mode in (_MODE_A, _MODE_B):
         if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
@@ -643,7 +679,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
                     vals[kept] = w[i]
                     kept += 1
         scratch = np.empty(n * itemsize, np.uint8)
-        size = _code_values(vals, kept, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+        size = _code_values(vals, kept, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                             mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
         if size < best_size and size <= len(scratch):
             best_size = size
@@ -661,12 +697,12 @@ _CLAIMED, _BACK, _COPIED = 0, 8, 16     # claim counters (``ctl``), a cache line
 
 
 @njit(cache=True, inline="always")
-def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                    dst, at, ahead_lo, kinds, sizes):
     numel = len(words)
     lo = c * chunk_size
     n = min(chunk_size, numel - lo)
-    kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+    kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
                                zero_thresholds, dst[at:at + n * itemsize],
                                words[ahead_lo:min(numel, ahead_lo + chunk_size)])
     kinds[c] = kind
@@ -675,7 +711,7 @@ def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
 
 
 @njit(cache=True, nogil=True, **kernel_options())
-def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances, zero_thresholds,
+def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                    c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
     """Thread ``t``'s part of one window of chunks ``[c0, c1)`` (:func:`codec._threads.run` runs it on
     every thread; they end together): every chunk is
@@ -693,7 +729,7 @@ def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
         at = pos
         c = c0
         while fetch_add(ctl, _CLAIMED, 1) < n:
-            at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+            at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
                                  zero_thresholds, dst, at, (c + 1) * chunk_size, kinds, sizes)
             c += 1
     j = fetch_add(ctl, _COPIED, 1)
@@ -704,7 +740,7 @@ def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
     if t != 0:
         while fetch_add(ctl, _CLAIMED, 1) < n:
             c = c1 - 1 - fetch_add(ctl, _BACK, 1)
-            _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, variances,
+            _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
                            zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
@@ -733,7 +769,7 @@ def _family64():
     if _FAMILY64 is None:
         fam = load_family()
         _FAMILY64 = tuple(np.ascontiguousarray(a, dtype=np.int64)
-                          for a in (fam.freqs, fam.mean_offsets, fam.variances, fam.zero_thresholds))
+                          for a in (fam.freqs, fam.mean_offsets, fam.code_lengths, fam.zero_thresholds))
     return _FAMILY64
 
 

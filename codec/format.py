@@ -4,12 +4,12 @@ All integers little-endian.  A stream is ``header | chunk table | [header crc] |
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (2; 1 is still read, see "Versions" below)
+    4       1         format version (3; 1 and 2 are still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
     6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor
     7       1         ndim (<= 32)
     8       4  u32    chunk_size, values per chunk (the last chunk may be shorter)
-    12      2  u16    codebook family version
+    12      2  u16    codebook family version (FAMILY_OF_VERSION: 1 in versions 1-2, 2 in version 3)
     14      2  u16    reserved, 0
     16      8*ndim    shape, u64 each
     --- chunk table, n_chunks = ceil(prod(shape) / chunk_size) ---
@@ -42,7 +42,10 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
 Versions.  Version 2 added the chunk's sign mode (SIGN_*) and ``narrow`` in what version 1 declared
 ``u16 reserved (0)``: a version-1 head is a version-2 head with sign SIGN_STORED and narrow 0, so one
-parser reads both, and a version-1 stream whose sign byte is not 0 is refused.  The encoder writes version 2.
+parser reads both, and a version-1 stream whose sign byte is not 0 is refused.  Version 3 changed no byte
+layout: its streams name codebook family 2 (family 1's tables under the same ids, plus four wider
+log-normal shapes), and its encoder fits the shape by the code length of a sample (codec.codebook).
+The encoder writes version 3.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
@@ -61,13 +64,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codebook import FAMILY_VERSION, N_CODEBOOKS
+from .codebook import FAMILY_VERSION, n_codebooks
 from .layouts import FloatLayout, layout_by_code, packed_nbytes
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 2                # what the encoder writes
-READ_VERSIONS = (1, 2)            # what the decoders read
+FORMAT_VERSION = 3                # what the encoder writes
+READ_VERSIONS = (1, 2, 3)         # what the decoders read
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2}   # the codebook family each format version's streams use
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 KIND_RAW, KIND_CODED, KIND_CONST = 0, 1, 2
@@ -284,8 +288,9 @@ def parse_header(buf, length: int | None = None) -> Header:
         raise FormatError(f"unknown dtype code {code}")
     if flags & ~(FLAG_CHECKSUM | FLAG_TORCH) or reserved:
         raise FormatError(f"unknown flags {flags:#x} or reserved field {reserved}")
-    if fam != FAMILY_VERSION:
-        raise FormatError(f"unknown codebook family version {fam}")
+    if fam != FAMILY_OF_VERSION[version]:
+        raise FormatError(f"codebook family version {fam} is not format version {version}'s "
+                          f"({FAMILY_OF_VERSION[version]})")
     if ndim > MAX_NDIM:
         raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
     if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
@@ -385,8 +390,9 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
         raise chunk_fault(i, FAULT_MODE, mode=mode, sign=hd.sign, narrow=hd.narrow)
     if shift + hd.narrow > h.layout.man_bits - 1:
         raise chunk_fault(i, FAULT_SHIFT, shift=shift, narrow=hd.narrow, low=h.layout.man_bits - 1)
-    if cb >= N_CODEBOOKS:
-        raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=FAMILY_VERSION, last=N_CODEBOOKS - 1)
+    if cb >= n_codebooks(h.family_version):
+        raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=h.family_version,
+                          last=n_codebooks(h.family_version) - 1)
     pos = a + CHUNK_HEAD.size
     zero_blocks, n_coded = None, n
     if mode:
@@ -443,7 +449,7 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     fail(ok & (((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok | ((narrow != 0) & (sign == SIGN_STORED))),
          FAULT_MODE)
     fail(ok & (shift + narrow > h.layout.man_bits - 1), FAULT_SHIFT)
-    fail(ok & (codebook >= N_CODEBOOKS), FAULT_CODEBOOK)
+    fail(ok & (codebook >= n_codebooks(h.family_version)), FAULT_CODEBOOK)
     pos = a + CHUNK_HEAD.size
     n_coded = n.copy()
     zero_blocks = [None] * m
@@ -470,7 +476,8 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
         j = bad[np.argmin(ids[bad])]
         raise chunk_fault(int(ids[j]), int(fault[j]), size=int(b[j] - a[j]), mode=int(mode[j]),
                           narrow=int(narrow[j]), sign=int(sign[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
-                          codebook=int(codebook[j]), family=FAMILY_VERSION, last=N_CODEBOOKS - 1,
+                          codebook=int(codebook[j]), family=h.family_version,
+                          last=n_codebooks(h.family_version) - 1,
                           n_sm=int(n_sm[j]), n_esc=int(n_esc[j]), n_words=int(n_words[j]),
                           n_coded=int(n_coded[j]), implied=int(pos[j] + tail[j] - a[j]))
     return {"codebook": codebook, "ref": rows["ref"].astype(np.int64), "shift": shift,

@@ -62,7 +62,9 @@ class Shape:
         raise ValueError(self.kind)
 
 
-#: The shapes of codebook family version 1, ordered by the variance of the exponent.
+#: The shapes of the codebook families: version 1 has the first 12 (ordered by the variance of the exponent),
+#: version 2 appends wider log-normal magnitudes (Adam second moments, variances: nearly symmetric in
+#: log2 and wider than lognormal(1.3), where version 1 could only offer left-skewed generalized Gaussians).
 SHAPES = (
     Shape("lognormal", 0.12),
     Shape("lognormal", 0.25),
@@ -76,7 +78,13 @@ SHAPES = (
     Shape("gengauss", 0.7),
     Shape("gengauss", 0.5),
     Shape("gengauss", 0.35),
+    Shape("lognormal", 1.6),
+    Shape("lognormal", 2.0),
+    Shape("lognormal", 2.5),
+    Shape("lognormal", 3.2),
 )
+#: how many of SHAPES each codebook family version has (a family's ids are a prefix of the next one's)
+FAMILY_SHAPES = {1: 12, 2: 16}
 
 _D_LO, _D_HI = -400, 120   # relative binades summed over for moments (mass outside < 1e-30)
 

@@ -226,7 +226,7 @@ def _device_heads(h, buf_t, ids, out_at):
         known |= mode == m
     bad = short | ((mode != 0) & ~known) | (sign > max(fmt.sign_modes(h.version))) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
     bad |= shift + narrow > lay.man_bits - 1
-    bad |= cb >= cbk.N_CODEBOOKS
+    bad |= cb >= cbk.n_codebooks(h.family_version)
     pos = start + hsize
     n_coded = n.clone()
     nzb_parts, nzb_at, base = [], torch.zeros_like(ids), 0
@@ -341,21 +341,49 @@ def _family_tensors(device: str):
 
     fam = cbk.load_family()
     t = lambda a: torch.tensor(np.asarray(a, dtype=np.int64), device=device)  # noqa: E731
-    return t(fam.freqs), t(fam.mean_offsets), t(fam.variances), t(fam.zero_thresholds)
+    return t(fam.freqs), t(fam.mean_offsets), t(fam.code_lengths), t(fam.zero_thresholds)
 
 
-def select_codebooks(n, n_zero, n_log, sum_e, sum_e2):
-    """:func:`codec.codebook.select_codebook` on int64 tensors (one entry per chunk), on their device:
-    the same integer arithmetic (floor divisions), so every backend selects identically."""
+def sample_histograms(words, lay, chunk_size: int):
+    """:func:`codec.codebook.sample_histogram` of every chunk of the word tensor ``words``, at its
+    :func:`~codec.codebook.sample_step`: ``(n_chunks, n_bins)`` int64, on the words' device."""
     import torch
 
-    _, offsets, variances, thresholds = _family_tensors(str(n.device))
+    numel, cs = words.numel(), chunk_size
+    C = -(-numel // cs)
+    nb = cbk.n_bins(lay.exp_bits)
+    w = words.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
+    full = numel // cs
+    parts = []
+    if full:
+        parts.append(w[:full * cs].view(full, cs)[:, ::cbk.sample_step(cs)].reshape(full, -1))
+    groups = [(0, full, parts[0])] if full else []
+    if full < C:
+        rest = w[full * cs:]
+        groups.append((full, 1, rest[::cbk.sample_step(len(rest))].reshape(1, -1)))
+    hist = torch.zeros((C, nb), dtype=torch.int64, device=words.device)
+    M, E = lay.man_bits, lay.exp_bits
+    for first, count, sample in groups:
+        b = torch.where(sample == 0, nb - 1, 2 * ((sample >> M) & ((1 << E) - 1)) + ((sample >> (M - 1)) & 1))
+        b = b + nb * torch.arange(count, device=words.device)[:, None]
+        hist[first:first + count] = torch.bincount(b.reshape(-1), minlength=count * nb).view(count, nb)
+    return hist
+
+
+def select_codebooks(n, n_zero, n_log, sum_e, hist, lay):
+    """:func:`codec.codebook.select_codebook` on int64 tensors (one entry, or histogram row, per
+    chunk), on their device: the same integer arithmetic, so every backend selects identically."""
+    import torch
+
+    _, offsets, lengths, thresholds = _family_tensors(str(n.device))
     fb = cbk.STAT_FRAC_BITS
     nl = n_log.clamp(min=1)
     m = torch.where(n_log > 0, torch.div(sum_e << fb, nl, rounding_mode="floor"), 0)
-    spread = torch.div(n_log * sum_e2 - sum_e * sum_e, nl, rounding_mode="floor")
-    v = torch.where(n_log > 0, torch.div(spread << fb, nl, rounding_mode="floor"), 0)
-    best_dist = best_s = best_q = best_ref = None
+    z = ((n_zero[:, None] << cbk.ZERO_FRAC_BITS) >= thresholds[None, :] * n[:, None]).sum(dim=1)
+    nb = hist.shape[1] - 1
+    zeros = hist[:, nb]
+    b = torch.arange(nb, device=n.device)[None, :]
+    best_len = best_cb = best_ref = None
     for s in range(offsets.shape[0]):
         q_s = ref_s = err_s = None
         for q in range(cbk.PHASES):
@@ -369,17 +397,27 @@ def select_codebooks(n, n_zero, n_log, sum_e, sum_e2):
                 q_s = torch.where(better, q, q_s)
                 ref_s = torch.where(better, ref, ref_s)
                 err_s = torch.where(better, err, err_s)
-        dist = (v - variances[s][q_s]).abs()
-        if best_dist is None:
-            best_dist, best_s, best_q, best_ref = dist, torch.zeros_like(m), q_s, ref_s
+        ref_s = ref_s.clamp(min=cbk.REF_MIN)
+        cb = (s * cbk.PHASES + q_s) * len(cbk.ZERO_LEVELS) + z
+        freq, _ = clipped_tables(cb, ref_s, lay)
+        esc = lengths[freq[:, cbk.SYM_ESC]] + cbk.ESC_LENGTH
+        has_zero = freq[:, cbk.SYM_ZERO] > 0
+        total = torch.where(has_zero, zeros * lengths[freq[:, cbk.SYM_ZERO]], 0)
+        h = hist[:, :nb].clone()
+        h[:, 0] += torch.where(has_zero, 0, zeros)
+        j = (b >> 1) - ref_s[:, None] + cbk.WINDOW_LOW
+        inside = (j >= 0) & (j < cbk.WINDOW)
+        fs = torch.gather(freq, 1, (cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1)).expand(len(n), -1))
+        fs = torch.where(inside, fs, 0)
+        total = total + (h * torch.where(fs > 0, lengths[fs], esc[:, None])).sum(dim=1)
+        if best_len is None:
+            best_len, best_cb, best_ref = total, cb, ref_s
         else:
-            better = dist < best_dist                 # the first shape on ties
-            best_dist = torch.where(better, dist, best_dist)
-            best_s = torch.where(better, s, best_s)
-            best_q = torch.where(better, q_s, best_q)
+            better = total < best_len                 # the first shape on ties
+            best_len = torch.where(better, total, best_len)
+            best_cb = torch.where(better, cb, best_cb)
             best_ref = torch.where(better, ref_s, best_ref)
-    z = ((n_zero[:, None] << cbk.ZERO_FRAC_BITS) >= thresholds[None, :] * n[:, None]).sum(dim=1)
-    return (best_s * cbk.PHASES + best_q) * len(cbk.ZERO_LEVELS) + z, best_ref.clamp(min=cbk.REF_MIN)
+    return best_cb, best_ref
 
 
 def clipped_tables(cb, ref, lay):
@@ -473,7 +511,12 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         cand_skip.append(skipped[ok])
     cc, cm, csk = torch.cat(cand_chunk), torch.cat(cand_mode), torch.cat(cand_skip)
     n_coded = n[cc] - csk
-    cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], s2[cc])
+    # the fit's sample: a chunk's, less the (all +0) sampled positions of its skipped zero blocks (whole
+    # multiples of 16 values but the chunk's last block: ceil(skipped / step) of them)
+    hist = sample_histograms(words, lay, cs)[cc]
+    step = torch.where(n[cc] >= cbk.SAMPLE_ALL_BELOW, cbk.SAMPLE_STEP, 1)
+    hist[:, -1] -= torch.div(csk + step - 1, step, rounding_mode="floor")
+    cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], hist, lay)
     freq, cum = clipped_tables(cb, ref, lay)
     k = _lanes(n_coded)
     # non-zero block lists of the zero-block candidates

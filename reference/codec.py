@@ -7,8 +7,8 @@ layout) and :mod:`codec.codebook` (the tables and the model fit).
 Per chunk of ``n`` words (``codec.format`` has the payload layout):
 
 1. ``(e, sm) = split(word)``; if all words are equal the chunk is CONST.
-2. statistics over the words that are not +0: count, ``sum e``, ``sum e^2``
-   -> ``(codebook, ref) = select_codebook(...)``.
+2. statistics over the words that are not +0: count, ``sum e``, and the histogram of a sample
+   (every ``sample_step(n)``-th value) -> ``(codebook, ref) = select_codebook(...)``.
 3. symbol of each word: ZERO if it is +0 and the codebook has a ZERO slot; else
    ``2 + 2 (e - ref + WINDOW_LOW) + leading mantissa bit`` if inside the window with a
    non-zero frequency; else ESC.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
-                            load_family, select_codebook)
+                            load_family, sample_histogram, sample_step, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, SIGN_NEGATIVE, SIGN_POSITIVE,
                           SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, parse_chunk_head, plane_width)
 from codec.layouts import FloatLayout, join, log2_magnitude, packed_nbytes, split
@@ -173,7 +173,7 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
         rows = np.flatnonzero(~const)
         if not len(rows):
             continue
-        candidates = [_coded_payloads(block[rows], lay, fam, rans=rans)]
+        candidates = [_coded_payloads(block[rows], lay, fam, step=sample_step(n), rans=rans)]
         for mode in ZERO_BLOCK_MODES:
             candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans))
         for j, row in enumerate(rows):
@@ -199,7 +199,8 @@ def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans) 
             out.append(None)
             continue
         bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
-        out.append(_coded_payloads(row[kept][None, :], lay, fam, mode=mode, bitmaps=[bitmap], rans=rans)[0])
+        out.append(_coded_payloads(row[kept][None, :], lay, fam, step=sample_step(n), mode=mode, bitmaps=[bitmap],
+                                   rans=rans)[0])
     return out
 
 
@@ -212,9 +213,10 @@ def zero_block_flags(row: np.ndarray, size: int) -> np.ndarray:
     return ~padded.reshape(nb, size).any(axis=1)
 
 
-def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bitmaps=None,
+def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, step: int, mode: int = 0, bitmaps=None,
                     rans=rans_encode) -> list[bytes]:
-    """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded)."""
+    """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded; the
+    model is fitted on every ``step``-th of them: the chunk's sample, skipped zero blocks aside)."""
     n = sub.shape[1]
     M = lay.man_bits
     e, sm = split(sub, lay)
@@ -226,8 +228,9 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, mode: int = 0, bi
     magnitude_mask = (1 << (8 * lay.itemsize - 1)) - 1
     has_log = (sub & lay.uint.type(magnitude_mask)) != 0
     lg = np.where(has_log, log2_magnitude(e, sm, lay), 0)
-    stats = zip(zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1), (lg * lg).sum(axis=1))
-    heads = [select_codebook(n, int(z), int(nl), int(s1), int(s2), fam) for z, nl, s1, s2 in stats]
+    stats = zip(sub, zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1))
+    heads = [select_codebook(n, int(z), int(nl), int(s1), sample_histogram(row, lay.exp_bits, M, step), lay.exp_bits,
+                             lay.has_inf, fam) for row, z, nl, s1 in stats]
     tables = [chunk_tables(cb, ref, lay.exp_bits, lay.has_inf) for cb, ref in heads]
     sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)

@@ -162,7 +162,7 @@ def test_triton_rans_lanes(k):
     """The rANS walk on 8 and 32 lanes (chunks of 8K-32K values; too slow for the interpreter whole):
     the kernel run on rows that set the lane count, against the reference rANS."""
     pytest.importorskip("triton")
-    from codec.codebook import chunk_tables, load_family, select_codebook
+    from codec.codebook import chunk_tables, load_family, sample_histogram, sample_step, select_codebook
     from codec.layouts import log2_magnitude, split
     from reference import codec as ref
 
@@ -173,8 +173,9 @@ def test_triton_rans_lanes(k):
     e, sm = split(w, lay)
     nz = (w & 0x7FFF) != 0
     lg = np.where(nz, log2_magnitude(e, sm, lay), 0)
-    cb, r = select_codebook(len(w), int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int((lg * lg).sum()),
-                            load_family())
+    cb, r = select_codebook(len(w), int((w == 0).sum()), int(nz.sum()), int(lg.sum()),
+                            sample_histogram(w, lay.exp_bits, lay.man_bits, sample_step(len(w))), lay.exp_bits,
+                            lay.has_inf, load_family())
     freq, cum, _ = chunk_tables(cb, r, lay.exp_bits, lay.has_inf)
     sym = ref._symbols(e, (sm >> 6) & 1, w == 0, r, freq)
     states, words = ref.rans_encode(sym[None, :], freq[None, :].astype(np.int64), cum[None, :-1].astype(np.int64), k)
@@ -192,23 +193,41 @@ def test_triton_rans_lanes(k):
 
 
 def test_device_model_fit_matches_the_host():
-    """select_codebooks / clipped_tables (tensor ops) against codebook.select_codebook / chunk_tables."""
-    from codec.codebook import N_CODEBOOKS, chunk_tables, select_codebook
+    """select_codebooks / sample_histograms / clipped_tables (tensor ops) against codebook.select_codebook /
+    sample_histogram / chunk_tables."""
+    from codec.codebook import N_CODEBOOKS, chunk_tables, n_bins, sample_histogram, sample_step, select_codebook
     from codegen import device as tb
 
     rng = np.random.default_rng(1)
-    m = 3000
-    n = rng.integers(1, 1 << 20, m)
-    n_zero = (rng.random(m) ** 3 * n).astype(np.int64)
-    n_log = np.where(rng.random(m) < 0.05, 0, n - n_zero)
-    mean = rng.uniform(-8, 260, m)
-    spread = rng.uniform(0, 30, m) ** 2
-    s1 = np.round(mean * n_log).astype(np.int64)
-    s2 = np.round((spread + mean ** 2) * n_log).astype(np.int64)
     t = lambda a: torch.as_tensor(a, dtype=torch.int64)  # noqa: E731
-    cb, ref = tb.select_codebooks(t(n), t(n_zero), t(n_log), t(s1), t(s2))
-    want = [select_codebook(*map(int, v)) for v in zip(n, n_zero, n_log, s1, s2)]
-    assert [tuple(v) for v in zip(cb.tolist(), ref.tolist())] == want
+    for dtype in DTYPES:
+        lay = layout_for(dtype)
+        m = 300
+        n = rng.integers(1, 1 << 20, m)
+        n_zero = (rng.random(m) ** 3 * n).astype(np.int64)
+        n_log = np.where(rng.random(m) < 0.05, 0, n - n_zero)
+        top = 1 << lay.exp_bits
+        mean = rng.uniform(-8, top + 4, m)
+        s1 = np.round(mean * n_log).astype(np.int64)
+        # sample histograms: a bell of random width around each row's mean, some rows with Inf/NaN/+0
+        nb = n_bins(lay.exp_bits)
+        b = np.arange(nb - 1)
+        width = rng.uniform(0.3, 12, m)[:, None]
+        hist = np.floor(rng.uniform(0, 4000, m)[:, None] * np.exp(-0.5 * ((b // 2 - mean[:, None]) / width) ** 2))
+        hist = np.concatenate([hist, rng.integers(0, 500, m)[:, None]], axis=1).astype(np.int64)
+        hist[::7, -2:] += rng.integers(0, 30, (len(hist[::7]), 2))
+        cb, ref = tb.select_codebooks(t(n), t(n_zero), t(n_log), t(s1), t(hist), lay)
+        want = [select_codebook(*map(int, v[:4]), v[4], lay.exp_bits, lay.has_inf)
+                for v in zip(n, n_zero, n_log, s1, hist)]
+        assert [tuple(v) for v in zip(cb.tolist(), ref.tolist())] == want
+        # the chunks' sample histograms, a short last chunk included
+        for cs in (1000, 20000):
+            w = rng.integers(0, 1 << (8 * lay.itemsize), 3 * cs + cs // 3).astype(lay.uint)
+            w[::5] = 0
+            got = tb.sample_histograms(torch.from_numpy(w.view(lay.view_ints)), lay, cs).numpy()
+            for c in range(4):
+                part = w[c * cs:(c + 1) * cs]
+                assert np.array_equal(got[c], sample_histogram(part, lay.exp_bits, lay.man_bits, sample_step(len(part))))
     for dtype in DTYPES:
         lay = layout_for(dtype)
         cbs = rng.integers(0, N_CODEBOOKS, 400)

@@ -1,5 +1,5 @@
 """Golden streams: the bytes of every format version decode forever; the current version's
-(format v2 / codebook family v1) are pinned (regenerate only with a version bump)."""
+(format v3 / codebook family v2) are pinned (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
@@ -29,13 +29,13 @@ def test_every_version_has_golden_streams():
     assert golden.versions() == list(range(1, FORMAT_VERSION + 1))
 
 
-def test_a_v1_stream_reencodes_to_v2_with_the_same_chunks_where_the_sign_is_stored():
+def test_v2_changed_no_chunk_of_v1_but_the_sign_mode():
     """Format v2 changed no coding decision but the sign mode: a v1 golden stream's chunks that keep
-    their sign (mixed-sign data) are byte-identical in the v2 stream of the same input."""
+    their sign (mixed-sign data) are byte-identical in the v2 golden stream of the same input."""
     for name in golden.manifest(1):
         m, raw, old = golden.read(1, name)
-        x = np.frombuffer(raw, dtype=np_dtype(m["dtype"]))
-        new = codec.encode(x, chunk_size=m["chunk_size"], checksum=m["checksum"])
+        m2, raw2, new = golden.read(2, name)
+        assert raw == raw2
         ho, hn = codec.format.parse_header(old), codec.format.parse_header(new)
         info = codec.inspect(new)["chunks"]
         for i in range(ho.n_chunks):
@@ -43,6 +43,19 @@ def test_a_v1_stream_reencodes_to_v2_with_the_same_chunks_where_the_sign_is_stor
                 a, b = ho.chunk_span(i)
                 c, d = hn.chunk_span(i)
                 assert old[a:b] == new[c:d], (name, i)
+
+
+def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
+    from codec.codebook import n_codebooks
+
+    fams, new_ids = set(), 0
+    for version, name in golden.cases():
+        buf = golden.read(version, name)[2]
+        fams.add((version, codec.format.parse_header(buf).family_version))
+        if version == 3:
+            new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
+    assert fams == {(1, 1), (2, 1), (3, 2)}
+    assert new_ids > 0
 
 
 def test_golden_covers_every_chunk_kind_mode_and_sign():
@@ -55,8 +68,9 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
             signs.add((version, c.get("sign")))
     assert kinds == {"coded", "const", "raw"}
     assert {0, 16} <= modes
-    assert {(2, "stored"), (2, "positive"), (2, "negative"), (1, "stored")} <= signs
-    v2 = [(golden.read(2, n)[0], c) for n in golden.manifest(2) for c in codec.inspect(golden.read(2, n)[2])["chunks"]]
+    assert {(v, s) for v in (2, 3) for s in ("stored", "positive", "negative")} | {(1, "stored")} <= signs
+    v2 = [(golden.read(v, n)[0], c) for v in (2, 3) for n in golden.manifest(v)
+          for c in codec.inspect(golden.read(v, n)[2])["chunks"]]
     assert any(c.get("dropped_high_bits") for _, c in v2)
     # a chunk whose fitted reference exponent fell below REF_MIN (clamped: the window reaches field 0)
     assert any(c.get("ref_exponent") == REF_MIN - layout_named(m["dtype"]).bias for m, c in v2)

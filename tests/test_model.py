@@ -32,9 +32,23 @@ def test_family_file_matches_model():
     fam = cbk.load_family()
     gen = cbk.generate_family()
     assert np.array_equal(gen["freqs"], fam.freqs)
-    for k in ("mean_offsets", "variances", "zero_thresholds"):
+    for k in ("mean_offsets", "variances", "zero_thresholds", "code_lengths"):
         assert np.array_equal(gen[k], getattr(fam, k))
     assert cbk._digest(gen) == cbk.FAMILY_SHA256
+
+
+def test_family_1_is_a_prefix_of_family_2():
+    """Family 1's tables, as v1 shipped them (pinned digest), are family 2's first ids: one table array
+    decodes streams of both."""
+    arrays = {k: getattr(cbk.load_family(), k) for k in ("freqs", "mean_offsets", "variances", "zero_thresholds")}
+    arrays["code_lengths"] = cbk.load_family().code_lengths
+    assert cbk._digest(cbk.family_prefix(arrays, 1)) == cbk.FAMILY1_SHA256
+    assert cbk.n_codebooks(1) < cbk.n_codebooks(2) == cbk.N_CODEBOOKS
+
+
+def test_code_lengths():
+    cl = cbk.load_family().code_lengths
+    assert cl[cbk.TOTAL] == 0 and cl[1] == cbk.PROB_BITS << cbk.LENGTH_FRAC_BITS and np.all(np.diff(cl[1:]) <= 0)
 
 
 def test_family_tables_are_valid():
@@ -73,7 +87,9 @@ def _fit(x):
     e, sm = split(w, lay)
     nz = (w & ((1 << (8 * lay.itemsize - 1)) - 1)) != 0
     lg = log2_magnitude(e, sm, lay)[nz]
-    cb, ref = cbk.select_codebook(len(w), int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int((lg * lg).sum()))
+    hist = cbk.sample_histogram(w, lay.exp_bits, lay.man_bits, cbk.sample_step(len(w)))
+    cb, ref = cbk.select_codebook(len(w), int((w == 0).sum()), int(nz.sum()), int(lg.sum()), hist, lay.exp_bits,
+                                  lay.has_inf)
     return cbk.codebook_params(cb), ref - lay.bias
 
 

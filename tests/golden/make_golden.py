@@ -28,6 +28,8 @@ CASES = {
     "adam_sq_f32": ("gaussian", "float32", 3000, 11, -4.0, 1024, True),      # squared: positive, many binades
     "logprob_f16": ("laplace", "float16", 2000, 12, 0.5, 1000, False),       # -|x|: negative
     "subnormal_f16": ("gaussian", "float16", 1500, 13, -3.5, 512, False),    # x^2: fp16 exp_avg_sq, subnormal
+    # format v3: codebook family 2 (wide log-normal magnitudes), the shape fitted on a sample
+    "wide_lognormal_bf16": ("gaussian", "bfloat16", 40000, 15, 0.0, 20000, False),   # 2^N(0, 2^2): sampled fit
 }
 
 
@@ -54,6 +56,8 @@ def make_input(name: str) -> np.ndarray:
         # below codebook.REF_MIN and is clamped, so the window reaches field 0
         ulps = np.random.default_rng(14).choice(6, 512, p=[0.38, 0.52, 0.07, 0.02, 0.005, 0.005])
         x[:512] = ulps.astype(np.uint16).view(x.dtype)
+    if name == "wide_lognormal_bf16":   # magnitudes of Adam's second moment: log-normal, about 2 binades wide
+        x = np.exp2(2.0 * x.astype(np.float32)).astype(x.dtype)
     if name == "logprob_f16":
         x = -abs(x)
     return x
