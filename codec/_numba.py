@@ -19,12 +19,12 @@ from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, SAMPLE_ALL_BELOW, SAMPLE_STEP, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
-                       WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family)
+                       WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family, n_codebooks)
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
                      FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
                      SIGN_NEGATIVE, SIGN_POSITIVE, SIGN_STORED, VALUES_PER_LANE, ZERO_BLOCK_MODES, Header,
-                     chunk_fault, crc32c, parse_chunk_head, plane_width, sign_modes)
+                     chunk_fault, crc32c, parse_chunk_head, plane_width, sign_modes, zero_block_modes)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
@@ -41,7 +41,7 @@ _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_N
     CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc",
                                    "n_words"))
 _N_ZL = len(ZERO_LEVELS)
-_MODE_A, _MODE_B = ZERO_BLOCK_MODES
+_ZB_MODES = ZERO_BLOCK_MODES
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
 _plane_width = njit(cache=True, inline="always")(plane_width)     # codec.format's, compiled
 _MASK = (1 << PROB_BITS) - 1
@@ -650,7 +650,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     step = _SAMPLE_STEP if n >= _SAMPLE_ALL_BELOW else 1
     best_size = _code_values(w, n, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                              0, nobits, 0, best, sym, wbuf, n_zero, ahead)
-    for mode in (_MODE_A, _MODE_B):
+    for mode in _ZB_MODES:
         if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
             break
         bs = 1 << mode
@@ -988,9 +988,10 @@ _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
-def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, max_sign):
-    """Validate coded payload ``buf[a:b]`` of ``n`` values (``max_sign``: the stream version's highest sign
-    mode, codec.format.sign_modes); fill ``prm``, the slot table ``tab``
+def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
+    """Validate coded payload ``buf[a:b]`` of ``n`` values (``limits``: the stream version's highest sign
+    mode, its family's codebook count and the bitmask of its zero-block modes: :func:`_limits`); fill
+    ``prm``, the slot table ``tab``
     (TOTAL + LANES entries, then the ranked table where the rounds use it) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
         return FAULT_SHORT
@@ -1005,12 +1006,12 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, max_sign):
     n_sm = _get32(buf, a + _CH_NSM)
     n_esc = _get32(buf, a + _CH_NESC)
     n_words = _get32(buf, a + _CH_NWORDS)
-    if ((mode != 0 and mode != _MODE_A and mode != _MODE_B) or sign > max_sign
+    if ((mode != 0 and (mode > 62 or not (limits[2] >> mode) & 1)) or sign > limits[0]
             or (narrow != 0 and sign == SIGN_STORED)):
         return FAULT_MODE
     if shift + narrow > M - 1:
         return FAULT_SHIFT
-    if cb >= freqs.shape[0]:
+    if cb >= limits[1]:
         return FAULT_CODEBOOK
     p = a + _HEAD
     n_coded = n
@@ -1330,7 +1331,7 @@ def _copy_chunk(buf, a, kind, n, itemsize, dst):
 
 @njit(cache=True, inline="always")
 def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out,
-                 errors, max_sign):
+                 errors, limits):
     """Chunks ``2*pair`` and ``2*pair + 1``: the SIMD rounds of both alternate in one loop, so one
     chunk's table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a
     time).  Inlined into a kernel per dtype, where ``itemsize``/``E``/``M`` are constants and only
@@ -1352,7 +1353,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
             _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
             continue
         err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t],
-                          x[t * MAX_LANES:(t + 1) * MAX_LANES], max_sign)
+                          x[t * MAX_LANES:(t + 1) * MAX_LANES], limits)
         errors[j] = err
         coded[t] = err == 0
     j0 = 2 * pair
@@ -1424,13 +1425,13 @@ def _decoder(lay: FloatLayout):
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
 
-        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, max_sign):
+        def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, limits):
             # every thread claims the next pair of chunks until none is left
             n_pairs = (len(kinds) + 1) // 2
             pair = fetch_add(ctl, 0, 1)
             while pair < n_pairs:
                 _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
-                             freqs, out, errors, max_sign)
+                             freqs, out, errors, limits)
                 pair = fetch_add(ctl, 0, 1)
 
         kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(decode_all)
@@ -1450,13 +1451,19 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     threads = min(get_num_threads(), (len(chunks) + 1) // 2)
     run(_decoder(lay), threads, _counters(1), mv, starts.astype(np.int64), ends.astype(np.int64),
         _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors,
-        max(sign_modes(h.version)))
+        _limits(h))
     bad = np.flatnonzero(errors)
     if len(bad):
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
         if code in HEAD_FAULTS:
             parse_chunk_head(h, mv, i)          # raises the fault with its values (the kernel has only the code)
         raise chunk_fault(i, code)
+
+
+def _limits(h: Header) -> np.ndarray:
+    """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes."""
+    return np.array([max(sign_modes(h.version)), n_codebooks(h.family_version),
+                     sum(1 << m for m in zero_block_modes(h.version))], np.int64)
 
 
 def _freqs64():

@@ -25,7 +25,7 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
     KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 narrow
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
-                | mode 0: nothing; mode m in ZERO_BLOCK_MODES: a bitmap of ceil(n / 2^m) bits
+                | mode 0: nothing; mode m in zero_block_modes(version): a bitmap of ceil(n / 2^m) bits
                   (packed little-endian), bit set = that block of 2^m values is all +0 and is
                   not coded; the n_coded values of the other blocks are coded below
                 | LANES(n_coded) x u32 final rANS states | n_words x u16 rANS words
@@ -42,10 +42,13 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
 Versions.  Version 2 added the chunk's sign mode (SIGN_*) and ``narrow`` in what version 1 declared
 ``u16 reserved (0)``: a version-1 head is a version-2 head with sign SIGN_STORED and narrow 0, so one
-parser reads both, and a version-1 stream whose sign byte is not 0 is refused.  Version 3 changed no byte
-layout: its streams name codebook family 2 (family 1's tables under the same ids, plus four wider
-log-normal shapes), and its encoder fits the shape by the code length of a sample (codec.codebook).
-The encoder writes version 3.
+parser reads both, and a version-1 stream whose sign byte is not 0 is refused.
+
+Version 3 added zero-block modes 8 and 10 (256- and 1024-value blocks: a 64K-value chunk of a few
+scattered non-zero values, as fp16 Adam second moments underflow to, pays 8 bytes of bitmap instead
+of 128, and fewer rANS lanes), and its streams name codebook family 2 (family 1's tables under the
+same ids, plus four wider log-normal shapes); its encoder fits the shape by the code length of a
+sample (codec.codebook).  The encoder writes version 3.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
@@ -82,7 +85,7 @@ MAX_NUMEL = 1 << 48
 RANS_L = 1 << 16                  # rANS state interval [2^16, 2^32), 16-bit renormalisation
 MAX_LANES = 32
 VALUES_PER_LANE = 1024            # lanes(n): about one rANS state per this many values
-ZERO_BLOCK_MODES = (4, 6)         # zero-block bitmaps of 16- and 64-value blocks
+ZERO_BLOCK_MODES = (4, 6, 8, 10)  # zero-block bitmaps of 16-, 64-, 256- and 1024-value blocks (v3; v1-2: 4, 6)
 SIGN_STORED, SIGN_POSITIVE, SIGN_NEGATIVE = 0, 1, 2   # v2 sign modes: in the plane / all + / all -
 SIGN_MODES = (SIGN_STORED, SIGN_POSITIVE, SIGN_NEGATIVE)
 SIGN_NAMES = {SIGN_STORED: "stored", SIGN_POSITIVE: "positive", SIGN_NEGATIVE: "negative"}
@@ -149,10 +152,15 @@ def sign_modes(version: int) -> tuple[int, ...]:
     return SIGN_MODES if version >= 2 else (SIGN_STORED,)
 
 
+def zero_block_modes(version: int) -> tuple[int, ...]:
+    """The zero-block modes a chunk head of a version-``version`` stream may carry (besides 0)."""
+    return ZERO_BLOCK_MODES if version >= 3 else ZERO_BLOCK_MODES[:2]
+
+
 def head_mode_ok(version: int, mode: int, sign: int, narrow: int) -> bool:
-    """The FAULT_MODE check of a chunk head: a known zero-block mode, a sign mode the version has,
-    high bits left out only where the sign is too (both are 0 in a version-1 head)."""
-    return (mode == 0 or mode in ZERO_BLOCK_MODES) and sign in sign_modes(version) and (
+    """The FAULT_MODE check of a chunk head: a zero-block mode the version has, a sign mode the version
+    has, high bits left out only where the sign is too (both are 0 in a version-1 head)."""
+    return (mode == 0 or mode in zero_block_modes(version)) and sign in sign_modes(version) and (
         narrow == 0 or sign != SIGN_STORED)
 
 
@@ -446,7 +454,8 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     sign = rows["sign"].astype(np.int64)
     codebook = rows["codebook"].astype(np.int64)
     sign_ok = np.isin(sign, sign_modes(h.version))
-    fail(ok & (((mode != 0) & ~np.isin(mode, ZERO_BLOCK_MODES)) | ~sign_ok | ((narrow != 0) & (sign == SIGN_STORED))),
+    fail(ok & (((mode != 0) & ~np.isin(mode, zero_block_modes(h.version))) | ~sign_ok
+               | ((narrow != 0) & (sign == SIGN_STORED))),
          FAULT_MODE)
     fail(ok & (shift + narrow > h.layout.man_bits - 1), FAULT_SHIFT)
     fail(ok & (codebook >= n_codebooks(h.family_version)), FAULT_CODEBOOK)

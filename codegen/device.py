@@ -222,7 +222,7 @@ def _device_heads(h, buf_t, ids, out_at):
     ref = torch.where(ref >= 1 << 15, ref - (1 << 16), ref)
     n_sm, n_esc, n_words = field("n_sm"), field("n_esc"), field("n_words")
     known = torch.zeros_like(mode, dtype=torch.bool)
-    for m in fmt.ZERO_BLOCK_MODES:
+    for m in fmt.zero_block_modes(h.version):
         known |= mode == m
     bad = short | ((mode != 0) & ~known) | (sign > max(fmt.sign_modes(h.version))) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
     bad |= shift + narrow > lay.man_bits - 1
@@ -488,13 +488,26 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     C = -(-numel // cs)
     stats = torch.empty((C, STATS.width), dtype=torch.int64, device=dev)
     # per zero-block mode m: the chunks' blocks of 2^m values, flagged non-zero by the stats kernel
-    # (which computes the two modes of codec.format.ZERO_BLOCK_MODES, 16- and 64-value blocks)
-    nz = {m: torch.zeros((C, -(-cs >> m)), dtype=torch.uint8, device=dev) for m in fmt.ZERO_BLOCK_MODES}
+    # for 16- and 64-value blocks, the larger blocks of codec.format.ZERO_BLOCK_MODES from those
+    nz = {m: torch.zeros((C, -(-cs >> m)), dtype=torch.uint8, device=dev) for m in fmt.ZERO_BLOCK_MODES[:2]}
     kern.stats(C, words, numel, cs, stats, *nz.values(), *(t.shape[1] for t in nz.values()))
     st = dict(zip(STATS.columns, stats.unbind(1)))
     n, const, zeros, n_log, s1, s2, low, neg = (st[c] for c in ("n", "const", "zeros", "n_log", "s1", "s2", "low",
                                                                   "neg"))
-    skip = dict(zip(fmt.ZERO_BLOCK_MODES, (st["skip16"], st["skip64"])))
+    skip = dict(zip(fmt.ZERO_BLOCK_MODES[:2], (st["skip16"], st["skip64"])))
+    base_mode = fmt.ZERO_BLOCK_MODES[1]
+    for m in fmt.ZERO_BLOCK_MODES[2:]:
+        ratio = 1 << (m - base_mode)
+        fine = nz[base_mode]
+        cols = -(-fine.shape[1] // ratio)
+        padded = torch.zeros((C, cols * ratio), dtype=torch.uint8, device=dev)
+        padded[:, :fine.shape[1]] = fine
+        nz[m] = padded.view(C, cols, ratio).amax(dim=2)
+        nbc = -(-n // (1 << m))
+        kept_blocks = nz[m].long().sum(dim=1)
+        last_kept = torch.gather(nz[m], 1, (nbc - 1).clamp(min=0)[:, None])[:, 0].long()
+        kept = kept_blocks * (1 << m) - last_kept * (nbc * (1 << m) - n)        # the last block may be short
+        skip[m] = n - kept
     M = lay.man_bits
     lowbit = low & -low
     shift = torch.where(low == 0, M - 1, torch.log2(lowbit.clamp(min=1).double()).round().long()).clamp(max=M - 1)

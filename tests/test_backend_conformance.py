@@ -8,6 +8,8 @@ Triton interpreter (set here, as in test_codegen); cuda on a GPU only (marked gp
 """
 import os
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ from tests.helpers import interpret_triton_without_gpu  # noqa: E402
 interpret_triton_without_gpu()                   # before any generated kernel is imported
 
 import codec  # noqa: E402
-from codec import backends  # noqa: E402
+from codec import backends, codebook  # noqa: E402
 from codec import format as fmt  # noqa: E402
 from tests import golden  # noqa: E402
 from tests.helpers import DTYPES, assert_bit_equal, make_values, np_dtype  # noqa: E402
@@ -112,10 +114,22 @@ def _forged_streams():
         bad = bytearray(blob)
         bad[a + fmt.CHUNK_HEAD.offset[field]] = value
         out.append((f"chunk head {field}={value}", bytes(bad)))
-    v1 = bytearray(blob)                      # a sign mode in a version-1 stream: that byte was reserved
-    v1[fmt.STREAM_HEAD.offset["version"]] = 1
-    v1[a + fmt.CHUNK_HEAD.offset["sign"]] = fmt.SIGN_POSITIVE
-    out.append(("sign mode in a v1 stream", bytes(v1)))
+    def older(version, field, value):        # the stream relabelled as an older version (its family too)
+        bad = bytearray(blob)
+        bad[fmt.STREAM_HEAD.offset["version"]] = version
+        struct.pack_into("<H", bad, fmt.STREAM_HEAD.offset["family"], fmt.FAMILY_OF_VERSION[version])
+        at = a + fmt.CHUNK_HEAD.offset[field]
+        if fmt.CHUNK_HEAD.width[field] == 2:
+            struct.pack_into("<H", bad, at, value)
+        else:
+            bad[at] = value
+        return bytes(bad)
+
+    # a sign mode in a version-1 stream (that byte was reserved); 1024-value zero blocks and a family-2
+    # codebook id in a version-2 stream (both came with version 3)
+    out.append(("sign mode in a v1 stream", older(1, "sign", fmt.SIGN_POSITIVE)))
+    out.append(("zero-block mode 10 in a v2 stream", older(2, "mode", 10)))
+    out.append(("family-2 codebook in a v2 stream", older(2, "codebook", codebook.n_codebooks(1) + 3)))
     pos = bytes(codec.encode(abs(x), chunk_size=512, backend="reference"))    # plane without signs
     hp = fmt.parse_header(pos)
     bad = bytearray(pos)                      # (relabelled NEGATIVE it is a valid stream of other values)

@@ -67,7 +67,7 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
             modes.add(c.get("zero_block_size"))
             signs.add((version, c.get("sign")))
     assert kinds == {"coded", "const", "raw"}
-    assert {0, 16} <= modes
+    assert {0, 16, 256, 1024} <= modes
     assert {(v, s) for v in (2, 3) for s in ("stored", "positive", "negative")} | {(1, "stored")} <= signs
     v2 = [(golden.read(v, n)[0], c) for v in (2, 3) for n in golden.manifest(v)
           for c in codec.inspect(golden.read(v, n)[2])["chunks"]]

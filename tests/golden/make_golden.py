@@ -30,6 +30,7 @@ CASES = {
     "subnormal_f16": ("gaussian", "float16", 1500, 13, -3.5, 512, False),    # x^2: fp16 exp_avg_sq, subnormal
     # format v3: codebook family 2 (wide log-normal magnitudes), the shape fitted on a sample
     "wide_lognormal_bf16": ("gaussian", "bfloat16", 40000, 15, 0.0, 20000, False),   # 2^N(0, 2^2): sampled fit
+    "sparse_f16": ("gaussian", "float16", 70000, 16, -2.5, 35000, False),    # scattered values: 256/1024-blocks
 }
 
 
@@ -58,6 +59,11 @@ def make_input(name: str) -> np.ndarray:
         x[:512] = ulps.astype(np.uint16).view(x.dtype)
     if name == "wide_lognormal_bf16":   # magnitudes of Adam's second moment: log-normal, about 2 binades wide
         x = np.exp2(2.0 * x.astype(np.float32)).astype(x.dtype)
+    if name == "sparse_f16":   # an fp16 exp_avg_sq: all but a few scattered tiny values underflowed to +0
+        keep = np.zeros(n, bool)
+        keep[np.random.default_rng(17).choice(n, 8, replace=False)] = True
+        keep[35000:35000 + 300] |= np.random.default_rng(18).random(300) < 0.5     # and one denser run
+        x = np.where(keep, abs(x), 0).astype(x.dtype)
     if name == "logprob_f16":
         x = -abs(x)
     return x
