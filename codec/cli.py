@@ -29,6 +29,7 @@ import mmap
 import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -366,6 +367,19 @@ def _build_parser() -> argparse.ArgumentParser:
                         "writing or allocating anything")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
 
+    for name, what in (("compress-dir", "compress a model directory: every *.safetensors shard to a "
+                        "*.zcc.safetensors file (loadable with codec.load_file), the shard index rewritten, other "
+                        "files copied"),
+                       ("decompress-dir", "give back the original model directory of compress-dir, byte for byte")):
+        x = sub.add_parser(name, help=what)
+        x.add_argument("input", metavar="IN_DIR")
+        x.add_argument("output", metavar="OUT_DIR")
+        if name == "compress-dir":
+            x.add_argument("--no-checksum", dest="checksum", action="store_false",
+                           help="leave out the CRC32C of every chunk and stored tensor")
+        x.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+        x.add_argument("--json", action="store_true", help="print the summary as JSON")
+
     i = sub.add_parser("inspect", help="describe an archive (every tensor) or a bare zipccl stream")
     i.add_argument("input", metavar="IN")
     i.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -397,6 +411,44 @@ def _cmd_decompress(a) -> int:
     return 0
 
 
+def _cmd_dir(a) -> int:
+    from . import safefile
+
+    if a.output and Path(a.output).resolve() == Path(a.input).resolve():
+        raise UsageError("OUT_DIR must differ from IN_DIR")
+    bar = None
+    if not a.quiet and sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+
+            total = sum(1 for p in Path(a.input).rglob("*") if p.is_file())
+            bar = tqdm(total=total, unit="file", desc=a.command, leave=False)
+        except ImportError:
+            pass
+
+    def progress(rel):
+        if bar is not None:
+            bar.set_postfix_str(str(rel)[-40:])
+            bar.update(1)
+
+    try:
+        if a.command == "compress-dir":
+            shards = safefile.compress_dir(a.input, a.output, checksum=a.checksum, progress=progress)
+        else:
+            shards = safefile.decompress_dir(a.input, a.output, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if a.json:
+        print(json.dumps(shards, indent=1))
+    elif not a.quiet:
+        for sh in shards:
+            print(f"{sh['name']}: {sh['size']:,} -> {sh['compressed']:,} bytes, ratio {sh['size'] / max(1, sh['compressed']):.3f}")
+        size, comp = sum(sh["size"] for sh in shards), sum(sh["compressed"] for sh in shards)
+        print(f"{len(shards)} shard(s): {size:,} -> {comp:,} bytes, ratio {size / max(1, comp):.3f}")
+    return 0
+
+
 def _cmd_inspect(a) -> int:
     info = inspect_file(a.input)
     if a.json:
@@ -415,7 +467,8 @@ def main(argv=None) -> int:
         a = parser.parse_args(argv)
     except SystemExit as e:          # --help, --version (0) and usage errors (2)
         return int(e.code or 0) if not isinstance(e.code, str) else 2
-    cmd = {"compress": _cmd_compress, "decompress": _cmd_decompress, "inspect": _cmd_inspect}[a.command]
+    cmd = {"compress": _cmd_compress, "decompress": _cmd_decompress, "inspect": _cmd_inspect,
+           "compress-dir": _cmd_dir, "decompress-dir": _cmd_dir}[a.command]
     try:
         return cmd(a)
     except UsageError as e:

@@ -284,6 +284,23 @@ def test_truncated_checkpoint_is_a_checkpoint_error(tmp_path):
             (d / "rank0.pt").write_bytes(whole[:cut])
             with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
                 checkpoint.load(tmp_path)
+        # the compressed checkpoints this version writes (codec.save_file): every cut, and a flipped bit
+        (d / "rank0.pt").unlink()
+        state = {"round": 3, "rank": 0, "world": 1, "w": torch.randn(5000) * 0.01, "opt": {0: {"step": 4}},
+                 "betas": (0.9, 0.999)}
+        checkpoint.write_state(d / "rank0.zcc.safetensors", state)
+        got = checkpoint.load(tmp_path)
+        assert torch.equal(got["w"], state["w"]) and got["opt"] == {0: {"step": 4}} and got["betas"] == (0.9, 0.999)
+        whole = (d / "rank0.zcc.safetensors").read_bytes()
+        for cut in (0, 10, len(whole) // 2, len(whole) - 1):
+            (d / "rank0.zcc.safetensors").write_bytes(whole[:cut])
+            with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
+                checkpoint.load(tmp_path)
+        bad = bytearray(whole)
+        bad[-100] ^= 4
+        (d / "rank0.zcc.safetensors").write_bytes(bytes(bad))
+        with pytest.raises(checkpoint.CheckpointError, match="not a readable checkpoint"):
+            checkpoint.load(tmp_path)
 
 
 def test_reference_decode_memory_stays_proportional_to_stream_and_output():

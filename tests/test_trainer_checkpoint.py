@@ -79,7 +79,7 @@ def test_dead_worker_stops_the_others_and_the_checkpoint_survives(tmp_path):
 
     assert checkpoint.latest(tmp_path) == 3
     for rank in range(ws):
-        st = torch.load(checkpoint.round_dir(tmp_path, 3) / f"rank{rank}.pt", weights_only=True)
+        st = checkpoint.read_state(checkpoint.rank_file(tmp_path, 3, rank))
         assert st["round"] == 3 and st["world"] == ws and "inner" in st and "model" in st
 
 
