@@ -42,11 +42,46 @@ def _timed(fn, repeat: int, cold_paths=()) -> float:
     return best
 
 
+_RSS_CHILD = r"""
+import sys, torch, codec
+from safetensors.torch import load_file
+from bench.speed import reset_peak_rss, rss
+fn = codec.load_file if sys.argv[1] == "zipccl" else load_file
+fn(sys.argv[2])                                  # kernels compiled / loaded, then the measured load
+reset_peak_rss()
+base = rss("VmRSS")
+t = fn(sys.argv[2])
+n = sum(v.numel() * v.element_size() for v in t.values())
+for v in t.values():                             # every byte touched, as a model load would
+    v.clone()
+print(rss("VmHWM") - base, n)
+"""
+
+
+def _peak_rss(which: str, path: Path) -> tuple[int, int]:
+    """Peak RSS growth (bytes) of loading ``path`` in a fresh process, and the loaded tensors' bytes."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, which, str(path)], check=True, capture_output=True,
+                         text=True).stdout.split()
+    return int(out[-2]), int(out[-1])
+
+
 def _zipnn_size(path: Path, dtype: str) -> int:
     from zipnn import ZipNN
 
     raw = bytearray(path.read_bytes())
     return len(ZipNN(input_format="byte", bytearray_dtype=dtype, threads=1).compress(raw))
+
+
+def _into(dst: dict):
+    """Copy a loaded state into preallocated tensors (what ``model.load_state_dict`` does): the bytes are
+    read, whichever loader made them (safetensors' tensors are lazy views of its memory map)."""
+    def load(tensors):
+        for k, v in tensors.items():
+            dst[k].copy_(v)
+    return load
 
 
 def measure(src: Path, tmp: Path, dtype: str, repeat: int) -> dict:
@@ -74,11 +109,15 @@ def measure(src: Path, tmp: Path, dtype: str, repeat: int) -> dict:
     size, csize = os.path.getsize(orig), os.path.getsize(zcc)
     read_warm = _timed(lambda: orig.read_bytes(), repeat)
     read_cold = _timed(lambda: orig.read_bytes(), repeat, [orig])
-    st_warm = _timed(lambda: st_load(orig), repeat)
-    zc_warm = _timed(lambda: codec.load_file(zcc), repeat)
-    st_cold = _timed(lambda: st_load(orig), repeat, [orig])
-    zc_cold = _timed(lambda: codec.load_file(zcc), repeat, [zcc])
+    into = _into({k: torch.empty_like(v) for k, v in w.items()})
+    st_warm = _timed(lambda: into(st_load(orig)), repeat)
+    zc_warm = _timed(lambda: into(codec.load_file(zcc)), repeat)
+    st_cold = _timed(lambda: into(st_load(orig)), repeat, [orig])
+    zc_cold = _timed(lambda: into(codec.load_file(zcc)), repeat, [zcc])
+    rss_st, out_bytes = _peak_rss("safetensors", orig)
+    rss_zc, _ = _peak_rss("zipccl", zcc)
     row = {"model": f"MiniLM {dtype}", "size": size, "zcc": csize, "zipnn": _zipnn_size(orig, dtype),
+           "rss_st": rss_st, "rss_zc": rss_zc, "out_bytes": out_bytes,
            "save_s": save_s, "disk_MBps": size / read_cold / 1e6, "read_warm": read_warm,
            "st_warm": st_warm, "zc_warm": zc_warm, "st_cold": st_cold, "zc_cold": zc_cold}
     for bw in (1e9, 5e8):            # a disk of this speed: reading the file + what loading adds to a warm read
@@ -105,13 +144,16 @@ def main(argv=None) -> int:
         "Regenerate: `python -m bench.checkpoints --repeat 5`.",
         "",
         f"CPU: {cpu_model()}; codec threads: {codec.get_num_threads()}; times are the best of {a.repeat}; "
-        "`codec.load_file` (this project) against `safetensors.torch.load_file` of the original file; cold = "
-        "the file's pages dropped (`posix_fadvise(DONTNEED)`) before every load.",
+        "`codec.load_file` (this project) against `safetensors.torch.load_file` of the original file, each "
+        "followed by a copy of every tensor into preallocated ones (as `model.load_state_dict` does: "
+        "safetensors' tensors are lazy views of its map until then); cold = the file's pages dropped "
+        "(`posix_fadvise(DONTNEED)`) before every load.",
         "",
         "| model | original MB | zcc MB | ratio | ZipNN ratio | zcc/ZipNN size | warm: safetensors s | warm: zipccl s "
         "| warm zipccl/safetensors | disk MB/s (measured) | cold: safetensors s | cold: zipccl s | cold zipccl/safetensors "
-        "| 1 GB/s disk: safetensors s | zipccl s | 500 MB/s disk: safetensors s | zipccl s |",
-        "|" + "---|" * 17,
+        "| 1 GB/s disk: safetensors s | zipccl s | 500 MB/s disk: safetensors s | zipccl s "
+        "| peak RSS growth / tensors' bytes: safetensors | zipccl |",
+        "|" + "---|" * 19,
     ]
     for r in rows:
         lines.append(
@@ -119,7 +161,11 @@ def main(argv=None) -> int:
             f"{r['size'] / r['zipnn']:.3f} | {r['zcc'] / r['zipnn']:.3f} | {r['st_warm']:.4f} | {r['zc_warm']:.4f} | "
             f"{r['zc_warm'] / r['st_warm']:.2f} | {r['disk_MBps']:.0f} | {r['st_cold']:.4f} | {r['zc_cold']:.4f} | "
             f"{r['zc_cold'] / r['st_cold']:.2f} | {r['st_1000']:.4f} | {r['zc_1000']:.4f} | {r['st_500']:.4f} | "
-            f"{r['zc_500']:.4f} |")
+            f"{r['zc_500']:.4f} | {r['rss_st'] / r['out_bytes']:.2f} | {r['rss_zc'] / r['out_bytes']:.2f} |")
+    lines += ["", "Peak RSS growth (VmHWM reset before the load, over VmRSS then; a fresh process per loader, "
+              "after one load to compile and warm up) counts the pages of the memory-mapped file a loader touches "
+              "as well as what it allocates, relative to the tensors' bytes: about 1 = the output (or the "
+              "mapped file) and no second copy."]
     text = "\n".join(lines) + "\n"
     print(text)
     out = Path(a.out) if a.out else Path(__file__).parent / "results" / f"checkpoints_{_machine_slug(cpu_model())}.md"

@@ -86,20 +86,34 @@ def _packed_nbytes(n, width):
 
 
 @njit(cache=True)
-def _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-            f, cum):
-    """codec.codebook.select_codebook: per shape the mean-matched (phase, ref), the shape whose clipped
-    table codes the sample ``vals[:m:step]`` in the fewest bits (``f``/``cum``: scratch)."""
+def _sample_hist(w, n, step, E, M):
+    """codec.codebook.sample_histogram of ``w[:n:step]``: four interleaved partial histograms (a run of
+    equal bins does not wait on its own increments), branch-free bins, then summed."""
     nb = (2 << E) + 1
     emask = (1 << E) - 1
-    hist = np.zeros(nb, np.int64)
-    for i in range(0, m, step):
-        w = np.int64(vals[i])
-        if w == 0:
-            hist[nb - 1] += 1
-        else:
-            hist[2 * ((w >> M) & emask) + ((w >> (M - 1)) & 1)] += 1
-    zeros = hist[nb - 1]
+    part = np.zeros((4, nb), np.int32)
+    j = 0
+    for i in range(0, n, step):
+        v = np.int64(w[i])
+        b = 2 * ((v >> M) & emask) + ((v >> (M - 1)) & 1)
+        part[j & 3, b + (v == 0) * (nb - 1)] += 1
+        j += 1
+    hist = np.empty(nb, np.int64)
+    for b in range(nb):
+        hist[b] = np.int64(part[0, b]) + part[1, b] + part[2, b] + part[3, b]
+    return hist
+
+
+@njit(cache=True)
+def _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
+            zero_thresholds, f, cum):
+    """codec.codebook.select_codebook: per shape the mean-matched (phase, ref), the shape whose clipped
+    table codes the sample ``hist`` (less ``skipped_zeros`` +0 of skipped zero blocks) in the fewest
+    bits.  A table that needs no clipping (the window inside the dtype's fields) is read in place;
+    ``f``/``cum``: scratch for the others."""
+    nb = (2 << E) + 1
+    top = (1 << E) - 1
+    zeros = hist[nb - 1] - skipped_zeros
     occ = np.empty(nb, np.int64)
     k = 0
     for b in range(nb - 1):
@@ -130,12 +144,15 @@ def _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets
                 be = err
         br = max(br, REF_MIN)
         cb = (s * PHASES + bq) * _N_ZL + z
-        _tables(freqs, cb, br, E, has_inf, f, cum)
-        esc = code_lengths[f[SYM_ESC]] + ESC_LENGTH
+        row = freqs[cb]
+        if br - WINDOW_LOW < 0 or br - WINDOW_LOW + WINDOW - 1 > top:
+            _tables(freqs, cb, br, E, has_inf, f, cum)
+            row = f
+        esc = code_lengths[row[SYM_ESC]] + ESC_LENGTH
         total = 0
         extra0 = zeros
-        if f[SYM_ZERO] > 0:
-            total += zeros * code_lengths[f[SYM_ZERO]]
+        if row[SYM_ZERO] > 0:
+            total += zeros * code_lengths[row[SYM_ZERO]]
             extra0 = 0
         for t in range(k):
             b = occ[t]
@@ -143,7 +160,7 @@ def _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets
             j = (b >> 1) - br + WINDOW_LOW
             ln = esc
             if 0 <= j < WINDOW:
-                fs = f[SYM_WINDOW0 + 2 * j + (b & 1)]
+                fs = row[SYM_WINDOW0 + 2 * j + (b & 1)]
                 if fs > 0:
                     ln = code_lengths[fs]
             total += c * ln
@@ -512,7 +529,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 
 @njit(cache=True)
-def _code_values(vals, m, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
+def _code_values(vals, m, hist, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                  mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
@@ -527,7 +544,7 @@ def _code_values(vals, m, step, E, M, has_inf, freqs, mean_offsets, code_lengths
     n_zero_out[0] = n_zero
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
-    cb, ref = _select(vals, m, step, n_zero, n_log, s1, E, M, has_inf, freqs, mean_offsets, code_lengths,
+    cb, ref = _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
                       zero_thresholds, f, cum)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     shift = 0
@@ -648,7 +665,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     nobits = np.empty(0, np.uint8)
     n_zero = np.zeros(2, np.int64)
     step = _SAMPLE_STEP if n >= _SAMPLE_ALL_BELOW else 1
-    best_size = _code_values(w, n, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
+    hist = _sample_hist(w, n, step, E, M)          # the fit's sample, shared by every candidate payload
+    best_size = _code_values(w, n, hist, 0, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                              0, nobits, 0, best, sym, wbuf, n_zero, ahead)
     for mode in _ZB_MODES:
         if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
@@ -679,7 +697,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     vals[kept] = w[i]
                     kept += 1
         scratch = np.empty(n * itemsize, np.uint8)
-        size = _code_values(vals, kept, step, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
+        # the skipped blocks' sampled positions are all +0: ceil(skipped / step) of them (whole multiples
+        # of 16 values but the chunk's last block)
+        size = _code_values(vals, kept, hist, (skipped + step - 1) // step, E, M, has_inf, freqs, mean_offsets,
+                            code_lengths, zero_thresholds,
                             mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
         if size < best_size and size <= len(scratch):
             best_size = size

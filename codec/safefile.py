@@ -36,13 +36,11 @@ import math
 import mmap
 import os
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from . import format as fmt
-from ._threads import get_num_threads
 from ._version import __version__
 from .atomic import atomic_write
 from .format import FormatError
@@ -377,36 +375,48 @@ class SafeOpen:
             h = fmt.parse_header(stream)
         except FormatError as e:
             raise self._fault(name, e) from None
+        self._check(name, h)
+        return h
+
+    def _check(self, name, h):
+        t = self._info["tensors"][name]
         if h.layout is not BY_SAFETENSORS[t["dtype"]] or list(h.shape) != list(t["shape"]):
             raise self._fault(name, f"stream holds {h.layout.safetensors} {list(h.shape)}, the metadata says "
                                     f"{t['dtype']} {t['shape']}")
-        return h
 
     def _decode(self, name):
-        from .api import decode
+        from .api import _decode_words, decode
 
         stream = self._bytes(name)
-        h = self._stream_header(name, stream)
-        lay = h.layout
         if self._torch and self._device.startswith("cuda"):
             import torch
 
             if torch.cuda.is_available():
+                self._stream_header(name, stream)
                 dev = torch.frombuffer(bytearray(stream), dtype=torch.uint8).to(self._device)
                 try:
-                    return decode(dev).reshape(h.shape)
+                    return decode(dev).reshape(self._shape(name))
                 except FormatError as e:
                     raise self._fault(name, e) from None
-        if self._torch:
-            import torch
+        made = []
 
-            out = torch.empty(h.shape, dtype=lay.torch_dtype)
-        else:
-            out = np.empty(h.shape, dtype=lay.numpy_dtype)
+        def dest(h, n):                       # the decoder's own header parse: checked, then the output made
+            self._check(name, h)
+            if self._torch:
+                import torch
+
+                t = torch.empty(h.shape, dtype=h.layout.torch_dtype)
+                made.append(t)
+                return t.view(-1).view(h.layout.torch_view_ints).numpy().view(h.layout.uint)
+            a = np.empty(h.shape, dtype=h.layout.numpy_dtype)
+            made.append(a)
+            return a.reshape(-1).view(h.layout.uint)
+
         try:
-            decode(stream, out=out)
+            _decode_words(stream, None, None, "auto", dest)
         except FormatError as e:
             raise self._fault(name, e) from None
+        out = made[0]
         return out if not self._torch or self._device == "cpu" else out.to(self._device)
 
     def _slice(self, name, key):
@@ -469,14 +479,11 @@ def safe_open(path, framework: str = "pt", device: str = "cpu") -> SafeOpen:
 
 def load_file(path, device: str = "cpu", *, framework: str = "pt") -> dict:
     """Every tensor of a compressed (or plain) safetensors file, decoded, as ``{name: tensor}`` (torch
-    tensors on ``device``; ``framework="np"``: NumPy arrays).  Tensors are decoded on several threads."""
+    tensors on ``device``; ``framework="np"``: NumPy arrays).  Each tensor's chunks are decoded on the
+    codec's threads (:func:`codec.get_num_threads`), one tensor after another: on 2 cores that was faster
+    than tensors decoded side by side (measured on MiniLM: 24 ms against 40 ms for 45 MB of bf16)."""
     with safe_open(path, framework, device) as f:
-        names = f.keys()
-        workers = max(1, min(get_num_threads(), len(names)))
-        if workers == 1:
-            return {n: f.get_tensor(n) for n in names}
-        with ThreadPoolExecutor(workers, thread_name_prefix="zipccl-load") as pool:
-            return dict(zip(names, pool.map(f.get_tensor, names)))
+        return {n: f.get_tensor(n) for n in f.keys()}
 
 
 # --------------------------------------------------------------------- model directories, shard by shard
