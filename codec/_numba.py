@@ -87,20 +87,25 @@ def _packed_nbytes(n, width):
 
 @njit(cache=True)
 def _sample_hist(w, n, step, E, M):
-    """codec.codebook.sample_histogram of ``w[:n:step]``: four interleaved partial histograms (a run of
+    """codec.codebook.sample_histogram of ``w[:n:step]``: two interleaved partial histograms (a run of
     equal bins does not wait on its own increments), branch-free bins, then summed."""
     nb = (2 << E) + 1
     emask = (1 << E) - 1
-    part = np.zeros((4, nb), np.int32)
-    j = 0
-    for i in range(0, n, step):
-        v = np.int64(w[i])
-        b = 2 * ((v >> M) & emask) + ((v >> (M - 1)) & 1)
-        part[j & 3, b + (v == 0) * (nb - 1)] += 1
-        j += 1
+    part = np.zeros((2, nb), np.int32)
+    half = step * 2
+    i = 0
+    while i + step < n:
+        v0 = np.int64(w[i])
+        v1 = np.int64(w[i + step])
+        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+        part[1, 2 * ((v1 >> M) & emask) + ((v1 >> (M - 1)) & 1) + (v1 == 0) * (nb - 1)] += 1
+        i += half
+    if i < n:
+        v0 = np.int64(w[i])
+        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
     hist = np.empty(nb, np.int64)
     for b in range(nb):
-        hist[b] = np.int64(part[0, b]) + part[1, b] + part[2, b] + part[3, b]
+        hist[b] = np.int64(part[0, b]) + part[1, b]
     return hist
 
 
@@ -114,7 +119,7 @@ def _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_o
     nb = (2 << E) + 1
     top = (1 << E) - 1
     zeros = hist[nb - 1] - skipped_zeros
-    occ = np.empty(nb, np.int64)
+    occ = np.empty(nb, np.int64)          # the occupied bins
     k = 0
     for b in range(nb - 1):
         if hist[b] > 0 or (b == 0 and zeros > 0):
@@ -164,6 +169,8 @@ def _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_o
                 if fs > 0:
                     ln = code_lengths[fs]
             total += c * ln
+            if best_len >= 0 and total >= best_len:      # cannot win any more (every term is >= 0)
+                break
         if best_len < 0 or total < best_len:
             best_len = total
             best_cb = cb
@@ -664,7 +671,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     nobits = np.empty(0, np.uint8)
     n_zero = np.zeros(2, np.int64)
-    step = _SAMPLE_STEP if n >= _SAMPLE_ALL_BELOW else 1
+    step = _SAMPLE_STEP if n >= 2 * _SAMPLE_ALL_BELOW else _SAMPLE_STEP // 2 if n >= _SAMPLE_ALL_BELOW else 1
     hist = _sample_hist(w, n, step, E, M)          # the fit's sample, shared by every candidate payload
     best_size = _code_values(w, n, hist, 0, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
                              0, nobits, 0, best, sym, wbuf, n_zero, ahead)
@@ -675,6 +682,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         nb = (n + bs - 1) // bs
         bitmap = np.zeros((nb + 7) // 8, np.uint8)
         skipped = 0
+        skipped_samples = 0                  # the fit's sampled positions in skipped blocks
         for blk in range(nb):
             lo = blk * bs
             hi = min(n, lo + bs)
@@ -686,6 +694,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             if allzero:
                 bitmap[blk >> 3] |= 1 << (blk & 7)
                 skipped += hi - lo
+                skipped_samples += (hi + step - 1) // step - (lo + step - 1) // step
         kept = n - skipped
         if 32 * skipped < n or kept == 0:
             continue
@@ -697,9 +706,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     vals[kept] = w[i]
                     kept += 1
         scratch = np.empty(n * itemsize, np.uint8)
-        # the skipped blocks' sampled positions are all +0: ceil(skipped / step) of them (whole multiples
-        # of 16 values but the chunk's last block)
-        size = _code_values(vals, kept, hist, (skipped + step - 1) // step, E, M, has_inf, freqs, mean_offsets,
+        size = _code_values(vals, kept, hist, skipped_samples, E, M, has_inf, freqs, mean_offsets,
                             code_lengths, zero_thresholds,
                             mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
         if size < best_size and size <= len(scratch):

@@ -30,7 +30,7 @@ process recomputes.  The file also carries the integer code lengths the encoder'
 
 The fit (:func:`select_codebook`, format v3): per shape, the reference exponent and phase that
 match the chunk's mean exponent (integer statistics, as before); among the shapes, the one whose
-table codes a sample of the chunk (every ``SAMPLE_STEP``-th value) in the fewest bits, counted
+table codes a sample of the chunk (every 32nd value: :func:`sample_step`) in the fewest bits, counted
 in integer fixed point from ``code_lengths``: a maximum-likelihood choice of the shape, where
 format v2's encoder matched the variance (which the tails of one-sided data pull off).
 """
@@ -65,8 +65,8 @@ ZERO_LEVELS = (0.0, 0.002, 0.01, 0.03, 0.07, 0.15, 0.25, 0.4, 0.55, 0.7, 0.82, 0
 N_CODEBOOKS = len(SHAPES) * PHASES * len(ZERO_LEVELS)     # the table array: the newest family
 LENGTH_FRAC_BITS = 8              # fixed point of the code lengths the fit adds up
 ESC_LENGTH = 16 << LENGTH_FRAC_BITS   # an escaped value's raw u16 (after its ESC symbol's length)
-SAMPLE_STEP = 16                  # the fit's sample: every 16th coded value ...
-SAMPLE_ALL_BELOW = 16384          # ... of chunks of at least this many values (smaller ones: every value)
+SAMPLE_STEP = 32                  # the fit's sample: every 32nd value of a chunk of >= 32768 values,
+SAMPLE_ALL_BELOW = 16384          # every 16th of one of >= 16384 (float32's default), every value below
 STAT_FRAC_BITS = 8                # fixed point of the fitted mean/variance of the exponent
 ZERO_FRAC_BITS = 24               # fixed point of the zero fraction thresholds
 _ESC_COST_BITS = 20.0             # approx. cost of an escaped zero, for the level thresholds
@@ -81,10 +81,9 @@ def n_codebooks(family: int) -> int:
 
 
 def sample_step(n: int) -> int:
-    """The fit samples coded values ``0, step, 2 step, ...`` of a chunk of ``n`` values (its length:
-    skipped zero blocks, whole multiples of 16 values but for a chunk's last, keep the positions'
-    residues, so the sample of a chunk's kept values is its sample less the skipped positions)."""
-    return SAMPLE_STEP if n >= SAMPLE_ALL_BELOW else 1
+    """The fit samples the values of a chunk of ``n`` values at positions ``0, step, 2 step, ...`` (for
+    a payload with a zero-block bitmap, less the positions in skipped blocks: all +0)."""
+    return SAMPLE_STEP if n >= 2 * SAMPLE_ALL_BELOW else SAMPLE_STEP // 2 if n >= SAMPLE_ALL_BELOW else 1
 
 
 def n_bins(exp_bits: int) -> int:

@@ -445,6 +445,21 @@ def clipped_tables(cb, ref, lay):
     return freq, torch.cumsum(freq, dim=1) - freq
 
 
+def _sampled_in_zero_blocks(nz, n, mode):
+    """How many of the fit's sampled positions (:func:`codec.codebook.sample_step`) of chunks of ``n``
+    values fall in their all-+0 blocks of ``2^mode`` values (``nz``: 1 = a block with a non-zero)."""
+    import torch
+
+    steps = torch.tensor([cbk.sample_step(int(v)) for v in n.tolist()], dtype=torch.int64, device=n.device)
+    bs = 1 << mode
+    j = torch.arange(nz.shape[1], device=n.device)[None, :]
+    lo = (j * bs).clamp(max=n[:, None])
+    hi = ((j + 1) * bs).clamp(max=n[:, None])
+    st = steps[:, None]
+    samples = torch.div(hi + st - 1, st, rounding_mode="floor") - torch.div(lo + st - 1, st, rounding_mode="floor")
+    return ((nz == 0) * samples).sum(dim=1)
+
+
 def _block_lists(keep):
     """The kept (non-zero) block indices of each row of ``keep`` (rows, blocks) back to back, where each
     row's list starts, and how many there are in all."""
@@ -524,11 +539,12 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         cand_skip.append(skipped[ok])
     cc, cm, csk = torch.cat(cand_chunk), torch.cat(cand_mode), torch.cat(cand_skip)
     n_coded = n[cc] - csk
-    # the fit's sample: a chunk's, less the (all +0) sampled positions of its skipped zero blocks (whole
-    # multiples of 16 values but the chunk's last block: ceil(skipped / step) of them)
+    # the fit's sample: a chunk's, less its (all +0) sampled positions in skipped zero blocks
     hist = sample_histograms(words, lay, cs)[cc]
-    step = torch.where(n[cc] >= cbk.SAMPLE_ALL_BELOW, cbk.SAMPLE_STEP, 1)
-    hist[:, -1] -= torch.div(csk + step - 1, step, rounding_mode="floor")
+    for mode in fmt.ZERO_BLOCK_MODES:
+        sel = torch.nonzero(cm == mode).flatten()
+        if len(sel):
+            hist[sel, -1] -= _sampled_in_zero_blocks(nz[mode][cc[sel]], n[cc[sel]], mode)
     cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], hist, lay)
     freq, cum = clipped_tables(cb, ref, lay)
     k = _lanes(n_coded)

@@ -8,7 +8,8 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
 
 1. ``(e, sm) = split(word)``; if all words are equal the chunk is CONST.
 2. statistics over the words that are not +0: count, ``sum e``, and the histogram of a sample
-   (every ``sample_step(n)``-th value) -> ``(codebook, ref) = select_codebook(...)``.
+   (every ``sample_step(n)``-th value; a zero-block payload's leaves out the skipped blocks)
+   -> ``(codebook, ref) = select_codebook(...)``.
 3. symbol of each word: ZERO if it is +0 and the codebook has a ZERO slot; else
    ``2 + 2 (e - ref + WINDOW_LOW) + leading mantissa bit`` if inside the window with a
    non-zero frequency; else ESC.
@@ -173,9 +174,11 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
         rows = np.flatnonzero(~const)
         if not len(rows):
             continue
-        candidates = [_coded_payloads(block[rows], lay, fam, step=sample_step(n), rans=rans)]
+        step = sample_step(n)
+        hists = [sample_histogram(row, lay.exp_bits, lay.man_bits, step) for row in block[rows]]
+        candidates = [_coded_payloads(block[rows], lay, fam, hists=hists, rans=rans)]
         for mode in ZERO_BLOCK_MODES:
-            candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans))
+            candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans, hists, step))
         for j, row in enumerate(rows):
             best = min((c[j] for c in candidates if c[j] is not None), key=len)   # first on ties
             if len(best) >= n * lay.itemsize:
@@ -187,19 +190,22 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
     return kinds, payloads
 
 
-def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans) -> list[bytes | None]:
-    """Payloads with a zero-block bitmap of ``2^mode``-value blocks, where it may pay (else None)."""
+def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans, hists, step) -> list[bytes | None]:
+    """Payloads with a zero-block bitmap of ``2^mode``-value blocks, where it may pay (else None); the
+    fit's sample is the chunk's (``hists``) less its positions in skipped blocks (all +0)."""
     n = block.shape[1]
     size = 1 << mode
     out: list[bytes | None] = []
-    for row in block:
+    for row, hist in zip(block, hists):
         zero_blocks = zero_block_flags(row, size)
         kept = np.repeat(~zero_blocks, size)[:n]
         if 32 * (n - int(kept.sum())) < n or not kept.any():   # < 1/32 of the values skipped: not worth trying
             out.append(None)
             continue
         bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
-        out.append(_coded_payloads(row[kept][None, :], lay, fam, step=sample_step(n), mode=mode, bitmaps=[bitmap],
+        hist = hist.copy()
+        hist[-1] -= int((~kept[::step]).sum())
+        out.append(_coded_payloads(row[kept][None, :], lay, fam, hists=[hist], mode=mode, bitmaps=[bitmap],
                                    rans=rans)[0])
     return out
 
@@ -213,10 +219,10 @@ def zero_block_flags(row: np.ndarray, size: int) -> np.ndarray:
     return ~padded.reshape(nb, size).any(axis=1)
 
 
-def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, step: int, mode: int = 0, bitmaps=None,
+def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, mode: int = 0, bitmaps=None,
                     rans=rans_encode) -> list[bytes]:
-    """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded; the
-    model is fitted on every ``step``-th of them: the chunk's sample, skipped zero blocks aside)."""
+    """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded; ``hists``:
+    each row's sample histogram for the fit)."""
     n = sub.shape[1]
     M = lay.man_bits
     e, sm = split(sub, lay)
@@ -228,9 +234,9 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, step: int, mode: 
     magnitude_mask = (1 << (8 * lay.itemsize - 1)) - 1
     has_log = (sub & lay.uint.type(magnitude_mask)) != 0
     lg = np.where(has_log, log2_magnitude(e, sm, lay), 0)
-    stats = zip(sub, zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1))
-    heads = [select_codebook(n, int(z), int(nl), int(s1), sample_histogram(row, lay.exp_bits, M, step), lay.exp_bits,
-                             lay.has_inf, fam) for row, z, nl, s1 in stats]
+    stats = zip(hists, zero.sum(axis=1), has_log.sum(axis=1), lg.sum(axis=1))
+    heads = [select_codebook(n, int(z), int(nl), int(s1), hist, lay.exp_bits, lay.has_inf, fam)
+             for hist, z, nl, s1 in stats]
     tables = [chunk_tables(cb, ref, lay.exp_bits, lay.has_inf) for cb, ref in heads]
     sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)

@@ -517,3 +517,23 @@ def test_device_head_parse_agrees_with_the_host(pos, value, count, offset):
     metas, tables, his, nzb = got
     assert torch.equal(metas, want.metas) and torch.equal(tables, want.tables) and torch.equal(his, want.his)
     assert torch.equal(nzb, want.nzb) if nzb is not None else not want.zero_first
+
+
+def test_sampled_positions_in_zero_blocks_match_the_reference_rule():
+    """The device encoder's count of the fit's sampled positions that fall in skipped zero blocks (it
+    subtracts them from the chunk's sample) against the reference's: the kept mask, sampled."""
+    from codec.codebook import sample_step
+    from codec.format import ZERO_BLOCK_MODES
+    from codegen import device as tb
+
+    rng = np.random.default_rng(3)
+    for mode in ZERO_BLOCK_MODES:
+        bs = 1 << mode
+        ns = np.array([1000, 16383, 16384, 20000, 32767, 32768, 40000, 65536, 65535])
+        width = -(-int(ns.max()) // bs)
+        nz = (rng.random((len(ns), width)) < 0.5).astype(np.uint8)
+        got = tb._sampled_in_zero_blocks(torch.as_tensor(nz), torch.as_tensor(ns), mode).tolist()
+        for j, n in enumerate(ns):
+            nb = -(-int(n) // bs)
+            skipped = np.repeat(nz[j, :nb] == 0, bs)[:n]
+            assert got[j] == int(skipped[::sample_step(int(n))].sum()), (mode, n)
