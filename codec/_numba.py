@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, SAMPLE_ALL_BELOW, SAMPLE_STEP, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
+from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, SAMPLE_MIN, SAMPLE_STEP, PROB_BITS, REF_MIN, STAT_FRAC_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
                        WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS, load_family, n_codebooks)
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
@@ -35,7 +35,7 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
 _HEAD = CHUNK_HEAD.size
-_SAMPLE_STEP, _SAMPLE_ALL_BELOW = SAMPLE_STEP, SAMPLE_ALL_BELOW
+_SAMPLE_STEP, _SAMPLE_MIN = SAMPLE_STEP, SAMPLE_MIN
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
 _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_NESC, _CH_NWORDS = (
     CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc",
@@ -87,8 +87,9 @@ def _packed_nbytes(n, width):
 
 @njit(cache=True)
 def _sample_hist(w, n, step, E, M):
-    """codec.codebook.sample_histogram of ``w[:n:step]``: two interleaved partial histograms (a run of
-    equal bins does not wait on its own increments), branch-free bins, then summed."""
+    """codec.codebook.sample_histogram of ``w[:n:step]`` (two interleaved partial histograms: a run of
+    equal bins does not wait on its own increments; branch-free bins), and the occupied bins other
+    than +0's, in order: ``(hist, occupied, count)``."""
     nb = (2 << E) + 1
     emask = (1 << E) - 1
     part = np.zeros((2, nb), np.int32)
@@ -104,27 +105,27 @@ def _sample_hist(w, n, step, E, M):
         v0 = np.int64(w[i])
         part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
     hist = np.empty(nb, np.int64)
+    occ = np.empty(nb, np.int64)
+    k = 0
     for b in range(nb):
-        hist[b] = np.int64(part[0, b]) + part[1, b]
-    return hist
+        c = np.int64(part[0, b]) + part[1, b]
+        hist[b] = c
+        occ[k] = b
+        k += (c > 0) & (b < nb - 1)
+    return hist, occ, k
 
 
 @njit(cache=True)
-def _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
+def _select(hist, occ, k, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
             zero_thresholds, f, cum):
     """codec.codebook.select_codebook: per shape the mean-matched (phase, ref), the shape whose clipped
-    table codes the sample ``hist`` (less ``skipped_zeros`` +0 of skipped zero blocks) in the fewest
-    bits.  A table that needs no clipping (the window inside the dtype's fields) is read in place;
-    ``f``/``cum``: scratch for the others."""
+    table codes the sample ``hist`` (``occ[:k]``: its occupied bins but +0's; less ``skipped_zeros`` +0
+    of skipped zero blocks) in the fewest bits.  A table that needs no clipping (the window inside the
+    dtype's fields) is read in place; ``f``/``cum``: scratch for the others.  A shape is dropped as
+    soon as its partial length reaches the best (every term is >= 0)."""
     nb = (2 << E) + 1
     top = (1 << E) - 1
     zeros = hist[nb - 1] - skipped_zeros
-    occ = np.empty(nb, np.int64)          # the occupied bins
-    k = 0
-    for b in range(nb - 1):
-        if hist[b] > 0 or (b == 0 and zeros > 0):
-            occ[k] = b
-            k += 1
     mq = 0
     if n_log > 0:
         mq = (s1 << STAT_FRAC_BITS) // n_log
@@ -155,22 +156,24 @@ def _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_o
             row = f
         esc = code_lengths[row[SYM_ESC]] + ESC_LENGTH
         total = 0
-        extra0 = zeros
-        if row[SYM_ZERO] > 0:
-            total += zeros * code_lengths[row[SYM_ZERO]]
-            extra0 = 0
+        if zeros > 0:                   # +0: the ZERO symbol, or else field 0 with leading bit 0
+            ln = esc
+            if row[SYM_ZERO] > 0:
+                ln = code_lengths[row[SYM_ZERO]]
+            elif 0 <= WINDOW_LOW - br < WINDOW and row[SYM_WINDOW0 + 2 * (WINDOW_LOW - br)] > 0:
+                ln = code_lengths[row[SYM_WINDOW0 + 2 * (WINDOW_LOW - br)]]
+            total = zeros * ln
         for t in range(k):
+            if best_len >= 0 and total >= best_len:
+                break
             b = occ[t]
-            c = hist[b] + (extra0 if b == 0 else 0)
             j = (b >> 1) - br + WINDOW_LOW
             ln = esc
             if 0 <= j < WINDOW:
                 fs = row[SYM_WINDOW0 + 2 * j + (b & 1)]
                 if fs > 0:
                     ln = code_lengths[fs]
-            total += c * ln
-            if best_len >= 0 and total >= best_len:      # cannot win any more (every term is >= 0)
-                break
+            total += hist[b] * ln
         if best_len < 0 or total < best_len:
             best_len = total
             best_cb = cb
@@ -536,8 +539,8 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 
 @njit(cache=True)
-def _code_values(vals, m, hist, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-                 mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
+def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                 zero_thresholds, mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
 
@@ -551,8 +554,8 @@ def _code_values(vals, m, hist, skipped_zeros, E, M, has_inf, freqs, mean_offset
     n_zero_out[0] = n_zero
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
-    cb, ref = _select(hist, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
-                      zero_thresholds, f, cum)
+    cb, ref = _select(hist, occ, k_occ, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets,
+                      code_lengths, zero_thresholds, f, cum)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     shift = 0
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
@@ -671,10 +674,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     nobits = np.empty(0, np.uint8)
     n_zero = np.zeros(2, np.int64)
-    step = _SAMPLE_STEP if n >= 2 * _SAMPLE_ALL_BELOW else _SAMPLE_STEP // 2 if n >= _SAMPLE_ALL_BELOW else 1
-    hist = _sample_hist(w, n, step, E, M)          # the fit's sample, shared by every candidate payload
-    best_size = _code_values(w, n, hist, 0, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-                             0, nobits, 0, best, sym, wbuf, n_zero, ahead)
+    step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
+    hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
+    best_size = _code_values(w, n, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                             zero_thresholds, 0, nobits, 0, best, sym, wbuf, n_zero, ahead)
     for mode in _ZB_MODES:
         if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
             break
@@ -706,7 +709,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     vals[kept] = w[i]
                     kept += 1
         scratch = np.empty(n * itemsize, np.uint8)
-        size = _code_values(vals, kept, hist, skipped_samples, E, M, has_inf, freqs, mean_offsets,
+        size = _code_values(vals, kept, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs, mean_offsets,
                             code_lengths, zero_thresholds,
                             mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
         if size < best_size and size <= len(scratch):

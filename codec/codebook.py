@@ -65,8 +65,8 @@ ZERO_LEVELS = (0.0, 0.002, 0.01, 0.03, 0.07, 0.15, 0.25, 0.4, 0.55, 0.7, 0.82, 0
 N_CODEBOOKS = len(SHAPES) * PHASES * len(ZERO_LEVELS)     # the table array: the newest family
 LENGTH_FRAC_BITS = 8              # fixed point of the code lengths the fit adds up
 ESC_LENGTH = 16 << LENGTH_FRAC_BITS   # an escaped value's raw u16 (after its ESC symbol's length)
-SAMPLE_STEP = 32                  # the fit's sample: every 32nd value of a chunk of >= 32768 values,
-SAMPLE_ALL_BELOW = 16384          # every 16th of one of >= 16384 (float32's default), every value below
+SAMPLE_STEP = 32                  # the fit's sample: every 32nd value of a chunk, ...
+SAMPLE_MIN = 256                  # ... or a shorter step that keeps at least this many (all of a short chunk)
 STAT_FRAC_BITS = 8                # fixed point of the fitted mean/variance of the exponent
 ZERO_FRAC_BITS = 24               # fixed point of the zero fraction thresholds
 _ESC_COST_BITS = 20.0             # approx. cost of an escaped zero, for the level thresholds
@@ -81,9 +81,11 @@ def n_codebooks(family: int) -> int:
 
 
 def sample_step(n: int) -> int:
-    """The fit samples the values of a chunk of ``n`` values at positions ``0, step, 2 step, ...`` (for
-    a payload with a zero-block bitmap, less the positions in skipped blocks: all +0)."""
-    return SAMPLE_STEP if n >= 2 * SAMPLE_ALL_BELOW else SAMPLE_STEP // 2 if n >= SAMPLE_ALL_BELOW else 1
+    """The fit samples the values of a chunk of ``n`` values at positions ``0, step, 2 step, ...``
+    (``step = min(32, max(1, n // 256))``: 1/32 of a long chunk, at least 256 values of a short one,
+    all of one under 512); for a payload with a zero-block bitmap, less the positions in skipped blocks
+    (all +0)."""
+    return min(SAMPLE_STEP, max(1, n // SAMPLE_MIN))
 
 
 def n_bins(exp_bits: int) -> int:
