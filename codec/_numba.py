@@ -35,7 +35,10 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
 _HEAD = CHUNK_HEAD.size
-_SAMPLE_STEP, _SAMPLE_MIN = SAMPLE_STEP, SAMPLE_MIN
+# numba's cache keys on this file, not on the values it freezes from other modules: the fit's sample
+# rule is spelled out here (a change in codec.codebook alone would leave stale kernels behind)
+_SAMPLE_STEP, _SAMPLE_MIN = 16, 256
+assert (_SAMPLE_STEP, _SAMPLE_MIN) == (SAMPLE_STEP, SAMPLE_MIN), "change codec._numba's copy of the sample rule too"
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
 _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_NESC, _CH_NWORDS = (
     CHUNK_HEAD.offset[f] for f in ("codebook", "ref", "shift", "mode", "sign", "narrow", "n_sm", "n_esc",

@@ -30,7 +30,7 @@ process recomputes.  The file also carries the integer code lengths the encoder'
 
 The fit (:func:`select_codebook`, format v3): per shape, the reference exponent and phase that
 match the chunk's mean exponent (integer statistics, as before); among the shapes, the one whose
-table codes a sample of the chunk (every 32nd value: :func:`sample_step`) in the fewest bits, counted
+table codes a sample of the chunk (every 16th value: :func:`sample_step`) in the fewest bits, counted
 in integer fixed point from ``code_lengths``: a maximum-likelihood choice of the shape, where
 format v2's encoder matched the variance (which the tails of one-sided data pull off).
 """
@@ -65,7 +65,7 @@ ZERO_LEVELS = (0.0, 0.002, 0.01, 0.03, 0.07, 0.15, 0.25, 0.4, 0.55, 0.7, 0.82, 0
 N_CODEBOOKS = len(SHAPES) * PHASES * len(ZERO_LEVELS)     # the table array: the newest family
 LENGTH_FRAC_BITS = 8              # fixed point of the code lengths the fit adds up
 ESC_LENGTH = 16 << LENGTH_FRAC_BITS   # an escaped value's raw u16 (after its ESC symbol's length)
-SAMPLE_STEP = 32                  # the fit's sample: every 32nd value of a chunk, ...
+SAMPLE_STEP = 16                  # the fit's sample: every 16th value of a chunk, ...
 SAMPLE_MIN = 256                  # ... or a shorter step that keeps at least this many (all of a short chunk)
 STAT_FRAC_BITS = 8                # fixed point of the fitted mean/variance of the exponent
 ZERO_FRAC_BITS = 24               # fixed point of the zero fraction thresholds
@@ -82,7 +82,7 @@ def n_codebooks(family: int) -> int:
 
 def sample_step(n: int) -> int:
     """The fit samples the values of a chunk of ``n`` values at positions ``0, step, 2 step, ...``
-    (``step = min(32, max(1, n // 256))``: 1/32 of a long chunk, at least 256 values of a short one,
+    (``step = min(16, max(1, n // 256))``: 1/16 of a long chunk, at least 256 values of a short one,
     all of one under 512); for a payload with a zero-block bitmap, less the positions in skipped blocks
     (all +0)."""
     return min(SAMPLE_STEP, max(1, n // SAMPLE_MIN))
