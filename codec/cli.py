@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import archive
+from . import archive, safefile
 from . import format as fmt
 from ._version import __version__
 from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, inspect as _inspect_stream
@@ -412,8 +412,6 @@ def _cmd_decompress(a) -> int:
 
 
 def _cmd_dir(a) -> int:
-    from . import safefile
-
     if a.output and Path(a.output).resolve() == Path(a.input).resolve():
         raise UsageError("OUT_DIR must differ from IN_DIR")
     bar = None

@@ -40,11 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import api
 from . import format as fmt
 from ._version import __version__
 from .atomic import atomic_write
-from .format import FormatError
-from .layouts import BY_SAFETENSORS, layout_for, layout_named
+from .format import FormatError, crc32c
+from .layouts import BY_SAFETENSORS
 
 __all__ = ["save_file", "load_file", "safe_open", "SafeOpen", "compress_file", "decompress_file", "compress_dir",
            "decompress_dir", "LAYOUT_VERSION"]
@@ -104,13 +105,12 @@ def _raw_bytes(x) -> bytes:
 def _encode_tensor(x, checksum: bool) -> tuple[str, list[int], bytes, bool]:
     """``(original dtype name, shape, entry bytes, compressed?)``: a float tensor of a zipccl layout as
     its stream where that is smaller than its bytes, anything else as it is."""
-    from .api import encode
 
     name = _dtype_name(x)
     shape = [int(d) for d in x.shape]
     if name in BY_SAFETENSORS and math.prod(shape) > 0:
         t = x.detach().to("cpu") if _is_torch(x) else x
-        blob = bytes(encode(t, checksum=checksum))
+        blob = bytes(api.encode(t, checksum=checksum))
         if len(blob) < math.prod(shape) * BY_SAFETENSORS[name].itemsize:
             return name, shape, blob, True
     return name, shape, _raw_bytes(x), False
@@ -150,8 +150,6 @@ def save_file(tensors: dict, path, metadata: dict[str, str] | None = None, *, ch
     float tensor of a zipccl dtype (bf16, fp16, fp32, fp8) as a zipccl stream, anything else as it is.
     ``checksum``: CRC32C of every chunk of every stream and of every stored tensor, so that
     :func:`load_file` detects any corruption.  The file appears whole or not at all."""
-    from .format import crc32c
-
     metadata = _check_metadata(metadata)
     entries, listed, crcs = [], {}, {}
     for name in sorted(tensors):
@@ -347,8 +345,6 @@ class SafeOpen:
         return FormatError(f"{self._where}tensor {name!r}: {e}")
 
     def _stored(self, name, data, shape=None):
-        from .format import crc32c
-
         crc = self._info.get("crc32c", {}).get(name)
         if crc is not None and crc32c(data) != crc:
             raise self._fault(name, "checksum mismatch (stored bytes corrupted)")
@@ -385,8 +381,6 @@ class SafeOpen:
                                     f"{t['dtype']} {t['shape']}")
 
     def _decode(self, name):
-        from .api import _decode_words, decode
-
         stream = self._bytes(name)
         if self._torch and self._device.startswith("cuda"):
             import torch
@@ -395,7 +389,7 @@ class SafeOpen:
                 self._stream_header(name, stream)
                 dev = torch.frombuffer(bytearray(stream), dtype=torch.uint8).to(self._device)
                 try:
-                    return decode(dev).reshape(self._shape(name))
+                    return api.decode(dev).reshape(self._shape(name))
                 except FormatError as e:
                     raise self._fault(name, e) from None
         made = []
@@ -413,7 +407,7 @@ class SafeOpen:
             return a.reshape(-1).view(h.layout.uint)
 
         try:
-            _decode_words(stream, None, None, "auto", dest)
+            api._decode_words(stream, None, None, "auto", dest)
         except FormatError as e:
             raise self._fault(name, e) from None
         out = made[0]
@@ -455,8 +449,6 @@ class SafeOpen:
             if self._info.get("crc32c", {}).get(name) is not None:
                 return self._stored(name, data).reshape(-1)[lo * row:hi * row]
             return self._stored(name, data[lo * row * size:hi * row * size], shape=[(hi - lo) * row])
-        from .api import decode_chunks
-
         stream = self._bytes(name)
         h = self._stream_header(name, stream)
         a, b = lo * row, hi * row
@@ -464,7 +456,7 @@ class SafeOpen:
             return self._family(np.empty(0, h.layout.numpy_dtype), h.layout.safetensors)
         first, last = a // h.chunk_size, -(-b // h.chunk_size)
         try:
-            words = decode_chunks(stream, first, last)
+            words = api.decode_chunks(stream, first, last)
         except FormatError as e:
             raise self._fault(name, e) from None
         part = np.ascontiguousarray(words[a - first * h.chunk_size:b - first * h.chunk_size])
@@ -495,9 +487,6 @@ def compress_file(src, dst, *, checksum: bool = True) -> dict:
     """Compress one safetensors file into a ``.zcc.safetensors`` file that :func:`decompress_file` turns
     back into the same bytes (the original header is kept verbatim in the metadata, with the file's
     size and CRC32C).  Returns ``{"name", "size", "compressed"}``."""
-    from .api import encode
-    from .format import crc32c
-
     src = Path(src)
     with open(src, "rb") as fd:
         size = os.fstat(fd.fileno()).st_size
@@ -524,7 +513,7 @@ def compress_file(src, dst, *, checksum: bool = True) -> dict:
                     lay = BY_SAFETENSORS.get(e["dtype"])
                     data = mv[start + a:start + b]
                     if lay is not None and b > a:
-                        blob = bytes(encode(np.frombuffer(data, dtype=lay.numpy_dtype).reshape(e["shape"]),
+                        blob = bytes(api.encode(np.frombuffer(data, dtype=lay.numpy_dtype).reshape(e["shape"]),
                                             checksum=checksum))
                         if len(blob) < b - a:
                             listed[name] = {"dtype": e["dtype"], "shape": e["shape"]}
@@ -548,8 +537,6 @@ def compress_file(src, dst, *, checksum: bool = True) -> dict:
 def decompress_file(src, dst) -> dict:
     """The original safetensors file of a :func:`compress_file` output, byte for byte (its CRC32C and
     size checked); returns ``{"name", "size", "compressed"}``."""
-    from .format import crc32c
-
     with safe_open(src, framework="np") as f:
         where = f._where
         source = f._info.get("source")
@@ -593,8 +580,17 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copyfileobj(i, o, 1 << 22)
 
 
-def _files(root: Path):
-    return sorted(p for p in root.rglob("*") if p.is_file())
+def _walk(src, dst, progress):
+    """Every file under ``src`` (sorted), with its relative path; its folder made under ``dst``."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise NotADirectoryError(src)
+    for p in sorted(p for p in src.rglob("*") if p.is_file()):
+        rel = p.relative_to(src)
+        if progress:
+            progress(rel)
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        yield p, rel
 
 
 def compress_dir(src, dst, *, checksum: bool = True, progress=None) -> list[dict]:
@@ -602,15 +598,9 @@ def compress_dir(src, dst, *, checksum: bool = True, progress=None) -> list[dict
     shard index rewritten to the new names (``*.zcc.safetensors.index.json``, the original kept inside
     it), every other file copied.  ``progress(path)``: called before each file.  Returns one summary
     per shard."""
-    src, dst = Path(src), Path(dst)
-    if not src.is_dir():
-        raise NotADirectoryError(src)
+    dst = Path(dst)
     out = []
-    for p in _files(src):
-        rel = p.relative_to(src)
-        if progress:
-            progress(rel)
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    for p, rel in _walk(src, dst, progress):
         name = p.name
         if name.endswith(".safetensors") and not name.endswith(SUFFIX):
             out.append(compress_file(p, dst / rel.parent / (name[:-len(".safetensors")] + SUFFIX), checksum=checksum))
@@ -634,15 +624,9 @@ def compress_dir(src, dst, *, checksum: bool = True, progress=None) -> list[dict
 def decompress_dir(src, dst, *, progress=None) -> list[dict]:
     """The inverse of :func:`compress_dir`: the original shards and index, byte for byte, and the other
     files copied."""
-    src, dst = Path(src), Path(dst)
-    if not src.is_dir():
-        raise NotADirectoryError(src)
+    dst = Path(dst)
     out = []
-    for p in _files(src):
-        rel = p.relative_to(src)
-        if progress:
-            progress(rel)
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    for p, rel in _walk(src, dst, progress):
         if p.name.endswith(SUFFIX):
             with safe_open(p, framework="np") as f:
                 source = f._info.get("source") or {}

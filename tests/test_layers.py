@@ -22,7 +22,8 @@ LAYERS = {
     1: ["reference", "reference.codec", "codec._simd", "codec._numba"],
     2: ["codegen", "codegen.rows", "codegen.generate", "codegen.emulate", "codegen.triton_lib", "codegen.kernels",
         "codegen.device", "codegen.__main__"],
-    3: ["codec.backends", "codec.api", "codec.planes", "codec.zarr", "codec.archive", "codec.cli", "codec.__main__"],
+    3: ["codec.backends", "codec.api", "codec.planes", "codec.zarr", "codec.archive", "codec.safefile",
+        "codec.cli", "codec.__main__"],
     4: ["collectives", "trainers"],          # and everything in them
 }
 _LAYER = {m: k for k, ms in LAYERS.items() for m in ms}
