@@ -21,7 +21,8 @@ from .layouts import SUPPORTED
 _API = ("encode", "decode", "decode_chunks", "max_encoded_size", "slice_stream", "partition", "shard_streams",
         "inspect")
 _SAFEFILE = ("save_file", "load_file", "safe_open")
-__all__ = list(_API) + list(_SAFEFILE) + ["FormatError", "SUPPORTED", "get_num_threads", "set_num_threads", "__version__"]
+__all__ = list(_API) + list(_SAFEFILE) + ["FormatError", "SUPPORTED", "get_num_threads", "set_num_threads",
+                                           "__version__"]
 
 
 def __getattr__(name: str):

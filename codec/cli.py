@@ -441,7 +441,8 @@ def _cmd_dir(a) -> int:
         print(json.dumps(shards, indent=1))
     elif not a.quiet:
         for sh in shards:
-            print(f"{sh['name']}: {sh['size']:,} -> {sh['compressed']:,} bytes, ratio {sh['size'] / max(1, sh['compressed']):.3f}")
+            print(f"{sh['name']}: {sh['size']:,} -> {sh['compressed']:,} bytes, "
+                  f"ratio {sh['size'] / max(1, sh['compressed']):.3f}")
         size, comp = sum(sh["size"] for sh in shards), sum(sh["compressed"] for sh in shards)
         print(f"{len(shards)} shard(s): {size:,} -> {comp:,} bytes, ratio {size / max(1, comp):.3f}")
     return 0

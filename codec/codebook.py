@@ -48,7 +48,6 @@ import numpy as np
 from .model import FAMILY_SHAPES, SHAPES, exponent_pmf, pmf_moments
 
 FAMILY_VERSION = 2               # what the encoder writes (format v3); family 1 is read too
-FAMILY_VERSIONS = (1, 2)
 PROB_BITS = 12                    # rANS probability precision: tables sum to 4096
 TOTAL = 1 << PROB_BITS
 WINDOW = 40                       # coded relative exponents d in [-WINDOW_LOW, WINDOW - WINDOW_LOW)

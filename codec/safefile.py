@@ -45,7 +45,7 @@ from . import format as fmt
 from ._version import __version__
 from .atomic import atomic_write
 from .format import FormatError, crc32c
-from .layouts import BY_SAFETENSORS
+from .layouts import BY_SAFETENSORS, is_torch
 
 __all__ = ["save_file", "load_file", "safe_open", "SafeOpen", "compress_file", "decompress_file", "compress_dir",
            "decompress_dir", "LAYOUT_VERSION"]
@@ -73,12 +73,8 @@ def _torch_names():
     return names
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "dtype") and hasattr(x, "device")
-
-
 def _dtype_name(x) -> str:
-    if _is_torch(x):
+    if is_torch(x):
         name = _torch_names().get(x.dtype)
     else:
         dt = np.dtype(x.dtype)
@@ -90,11 +86,12 @@ def _dtype_name(x) -> str:
 
 def _raw_bytes(x) -> bytes:
     """The tensor's bytes, C order, little-endian."""
-    if _is_torch(x):
+    if is_torch(x):
         import torch
 
-        t = x.detach().to("cpu").contiguous().reshape(-1)
-        return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        flat = torch.empty(x.numel(), dtype=x.dtype)        # dense: .contiguous() keeps a 1-element
+        flat.copy_(x.detach().reshape(-1))                   # tensor's stride, which .view(uint8) refuses
+        return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     a = np.ascontiguousarray(x)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
@@ -102,18 +99,31 @@ def _raw_bytes(x) -> bytes:
 
 
 # ----------------------------------------------------------------------------------------- writing
+def _stream_if_smaller(x, nbytes: int, checksum: bool) -> bytes | None:
+    """The zipccl stream of ``x`` (``nbytes`` bytes as it is), or None where it would not be smaller."""
+    blob = bytes(api.encode(x, checksum=checksum))
+    return blob if len(blob) < nbytes else None
+
+
 def _encode_tensor(x, checksum: bool) -> tuple[str, list[int], bytes, bool]:
     """``(original dtype name, shape, entry bytes, compressed?)``: a float tensor of a zipccl layout as
     its stream where that is smaller than its bytes, anything else as it is."""
-
     name = _dtype_name(x)
     shape = [int(d) for d in x.shape]
     if name in BY_SAFETENSORS and math.prod(shape) > 0:
-        t = x.detach().to("cpu") if _is_torch(x) else x
-        blob = bytes(api.encode(t, checksum=checksum))
-        if len(blob) < math.prod(shape) * BY_SAFETENSORS[name].itemsize:
+        blob = _stream_if_smaller(x.detach().to("cpu") if is_torch(x) else x,
+                                  math.prod(shape) * BY_SAFETENSORS[name].itemsize, checksum)
+        if blob is not None:
             return name, shape, blob, True
     return name, shape, _raw_bytes(x), False
+
+
+def _zipccl_json(entries, listed: dict, checksum: bool, **extra) -> str:
+    """``__metadata__["zipccl"]`` of a file of ``entries`` whose ``listed`` ones are compressed."""
+    info = {"layout": LAYOUT_VERSION, "codec": __version__, "tensors": listed, **extra}
+    if checksum:
+        info["crc32c"] = {n: crc32c(d) for n, _, _, d in entries if n not in listed}
+    return json.dumps(info, separators=(",", ":"), ensure_ascii=False)
 
 
 def _write(path, entries: list[tuple[str, str, list[int], bytes]], metadata: dict[str, str]) -> int:
@@ -151,7 +161,7 @@ def save_file(tensors: dict, path, metadata: dict[str, str] | None = None, *, ch
     ``checksum``: CRC32C of every chunk of every stream and of every stored tensor, so that
     :func:`load_file` detects any corruption.  The file appears whole or not at all."""
     metadata = _check_metadata(metadata)
-    entries, listed, crcs = [], {}, {}
+    entries, listed = [], {}
     for name in sorted(tensors):
         if not isinstance(name, str) or name == "__metadata__":
             raise ValueError(f"tensor name {name!r} is not allowed")
@@ -160,13 +170,8 @@ def save_file(tensors: dict, path, metadata: dict[str, str] | None = None, *, ch
             listed[name] = {"dtype": dtype, "shape": shape}
             entries.append((name, "U8", [len(data)], data))
         else:
-            if checksum:
-                crcs[name] = crc32c(data)
             entries.append((name, dtype, shape, data))
-    info = {"layout": LAYOUT_VERSION, "codec": __version__, "tensors": listed}
-    if checksum:
-        info["crc32c"] = crcs
-    metadata[_KEY] = json.dumps(info, separators=(",", ":"))
+    metadata[_KEY] = _zipccl_json(entries, listed, checksum)
     _write(path, entries, metadata)
 
 
@@ -513,23 +518,20 @@ def compress_file(src, dst, *, checksum: bool = True) -> dict:
                     lay = BY_SAFETENSORS.get(e["dtype"])
                     data = mv[start + a:start + b]
                     if lay is not None and b > a:
-                        blob = bytes(api.encode(np.frombuffer(data, dtype=lay.numpy_dtype).reshape(e["shape"]),
-                                            checksum=checksum))
-                        if len(blob) < b - a:
+                        blob = _stream_if_smaller(np.frombuffer(data, dtype=lay.numpy_dtype).reshape(e["shape"]),
+                                                  b - a, checksum)
+                        if blob is not None:
                             listed[name] = {"dtype": e["dtype"], "shape": e["shape"]}
                             return name, "U8", [len(blob)], blob
                     return name, e["dtype"], e["shape"], bytes(data)
 
                 out = [piece(*span) for span in spans]
-                info = {"layout": LAYOUT_VERSION, "codec": __version__, "tensors": listed,
-                        "source": {"name": src.name, "size": size, "crc32c": crc32c(mv),
-                                   "header": bytes(mv[8:start]).decode("utf-8")}}
-                if checksum:
-                    info["crc32c"] = {n: crc32c(d) for n, dt, _, d in out if n not in listed}
+                source = {"name": src.name, "size": size, "crc32c": crc32c(mv),
+                          "header": bytes(mv[8:start]).decode("utf-8")}
             finally:
                 mv.release()
     metadata = dict(metadata)
-    metadata[_KEY] = json.dumps(info, separators=(",", ":"), ensure_ascii=False)
+    metadata[_KEY] = _zipccl_json(out, listed, checksum, source=source)
     compressed = _write(dst, out, metadata)
     return {"name": src.name, "size": size, "compressed": compressed}
 

@@ -224,7 +224,8 @@ def _device_heads(h, buf_t, ids, out_at):
     known = torch.zeros_like(mode, dtype=torch.bool)
     for m in fmt.zero_block_modes(h.version):
         known |= mode == m
-    bad = short | ((mode != 0) & ~known) | (sign > max(fmt.sign_modes(h.version))) | ((narrow != 0) & (sign == fmt.SIGN_STORED))
+    bad = short | ((mode != 0) & ~known) | (sign > max(fmt.sign_modes(h.version))) | (
+        (narrow != 0) & (sign == fmt.SIGN_STORED))
     bad |= shift + narrow > lay.man_bits - 1
     bad |= cb >= cbk.n_codebooks(h.family_version)
     pos = start + hsize
@@ -354,10 +355,7 @@ def sample_histograms(words, lay, chunk_size: int):
     nb = cbk.n_bins(lay.exp_bits)
     w = words.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
     full = numel // cs
-    parts = []
-    if full:
-        parts.append(w[:full * cs].view(full, cs)[:, ::cbk.sample_step(cs)].reshape(full, -1))
-    groups = [(0, full, parts[0])] if full else []
+    groups = [(0, full, w[:full * cs].view(full, cs)[:, ::cbk.sample_step(cs)].reshape(full, -1))] if full else []
     if full < C:
         rest = w[full * cs:]
         groups.append((full, 1, rest[::cbk.sample_step(len(rest))].reshape(1, -1)))
@@ -450,7 +448,7 @@ def _sampled_in_zero_blocks(nz, n, mode):
     values fall in their all-+0 blocks of ``2^mode`` values (``nz``: 1 = a block with a non-zero)."""
     import torch
 
-    steps = torch.tensor([cbk.sample_step(int(v)) for v in n.tolist()], dtype=torch.int64, device=n.device)
+    steps = torch.div(n, cbk.SAMPLE_MIN, rounding_mode="floor").clamp(1, cbk.SAMPLE_STEP)   # sample_step, no host sync
     bs = 1 << mode
     j = torch.arange(nz.shape[1], device=n.device)[None, :]
     lo = (j * bs).clamp(max=n[:, None])

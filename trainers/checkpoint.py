@@ -88,8 +88,7 @@ def read_state(path) -> dict:
         if path.suffix == ".pt":
             return torch.load(path, map_location="cpu", weights_only=True)
         with codec.safe_open(path) as f:
-            skeleton = json.loads(f.metadata()[_STATE_KEY])
-        return _unflatten(skeleton, codec.load_file(path))
+            return _unflatten(json.loads(f.metadata()[_STATE_KEY]), {n: f.get_tensor(n) for n in f.keys()})
     except (codec.FormatError, KeyError, ValueError, TypeError, RuntimeError, EOFError, OSError,
             pickle.UnpicklingError) as e:
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupted?): "
