@@ -21,13 +21,15 @@ from .layouts import SUPPORTED
 _API = ("encode", "decode", "decode_chunks", "max_encoded_size", "slice_stream", "partition", "shard_streams",
         "inspect")
 _SAFEFILE = ("save_file", "load_file", "safe_open")
-__all__ = list(_API) + list(_SAFEFILE) + ["FormatError", "SUPPORTED", "get_num_threads", "set_num_threads",
+_DELTA = ("encode_delta", "decode_delta", "inspect_delta")
+_LAZY = {**dict.fromkeys(_API, ".api"), **dict.fromkeys(_SAFEFILE, ".safefile"), **dict.fromkeys(_DELTA, ".delta")}
+__all__ = list(_LAZY) + ["FormatError", "SUPPORTED", "get_num_threads", "set_num_threads",
                                            "__version__"]
 
 
 def __getattr__(name: str):
-    if name in _API or name in _SAFEFILE:
-        value = getattr(importlib.import_module(".api" if name in _API else ".safefile", __name__), name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
     try:                                   # a submodule not imported yet (codec.api, codec.planes...)
@@ -39,4 +41,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API) | set(_SAFEFILE))
+    return sorted(set(globals()) | set(_LAZY))

@@ -19,10 +19,10 @@ PACKAGES = ("codec", "codegen", "reference", "collectives", "trainers")
 LAYERS = {
     0: ["codec", "codec._version", "codec.records", "codec.layouts", "codec.model", "codec.codebook",
         "codec.format", "codec.stats", "codec.atomic", "codec._threads"],
-    1: ["reference", "reference.codec", "codec._simd", "codec._numba"],
+    1: ["reference", "reference.codec", "reference.delta", "codec._delta_numba", "codec._simd", "codec._numba"],
     2: ["codegen", "codegen.rows", "codegen.generate", "codegen.emulate", "codegen.triton_lib", "codegen.kernels",
         "codegen.device", "codegen.__main__"],
-    3: ["codec.backends", "codec.api", "codec.planes", "codec.zarr", "codec.archive", "codec.safefile",
+    3: ["codec.backends", "codec.api", "codec.planes", "codec.zarr", "codec.archive", "codec.safefile", "codec.delta",
         "codec.cli", "codec.__main__"],
     4: ["collectives", "trainers"],          # and everything in them
 }
