@@ -30,7 +30,9 @@ The package, one job per module (each imports only the ones listed before it):
 * :mod:`collectives.ring`: the slice-pipelined ring; :mod:`collectives.strategy`: the cost model;
 * :mod:`collectives.auto`: ``compress="auto"`` (rank 0 decides, all follow; :data:`last_decision`);
 * :mod:`collectives.calls`: the group collectives; :mod:`collectives.p2p`: :func:`send` / :func:`recv`;
-* :mod:`collectives.hooks`: the DDP communication hook.
+* :mod:`collectives.hooks`: the DDP communication hook;
+* :mod:`collectives.weight_sync`: :class:`WeightSync`, one rank's weights to the others, full or delta,
+  pipelined down a chain.
 """
 from __future__ import annotations
 
@@ -41,10 +43,12 @@ from .calls import (RING_MIN_NUMEL, all_gather, all_gather_into_tensor, all_redu
 from .hooks import allreduce_hook
 from .p2p import PIPELINE_SLICE_BYTES, recv, send  # noqa: F401
 from .traffic import Traffic, traffic  # noqa: F401
+from .weight_sync import SyncError, SyncStats, WeightSync  # noqa: F401
 from .work import Work
 
 __all__ = ["all_gather", "broadcast", "send", "recv", "all_reduce", "reduce_scatter", "all_to_all_single",
-           "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision", "traffic"]
+           "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision", "traffic",
+           "WeightSync", "SyncStats", "SyncError"]
 
 
 def __getattr__(name: str):

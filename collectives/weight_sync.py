@@ -1,0 +1,365 @@
+"""Lossless weight synchronisation from one rank (a trainer) to the others (inference workers): full
+or delta, pipelined down a chain of receivers.
+
+    sync = collectives.WeightSync(model.named_parameters(), src=0)
+    stats = sync.push()      # on src, after each optimizer step (or every k steps)
+    stats = sync.pull()      # on every other rank: its own tensors get the source's values, in place
+
+**Full and delta.**  The first sync sends every value, coded by the float codec.  After it, both sides
+keep the last synced version, and only what changed travels: a delta stream per piece
+(:mod:`codec.delta`: the changed positions and each changed value's step in float order; after one
+optimizer step a few percent of bf16 weights change, most by one or two units in the last place).
+Per piece the source keeps the smaller of the delta and the full stream.  Every sync ends with a
+CRC32C digest of all synced values; a receiver whose values then differ from the source's raises
+(it does not commit them), and a sync starts with every rank's (version, digest): one receiver that
+missed a sync, failed one, or holds other values makes that sync a full one, never a wrong delta.
+
+**Many receivers.**  The source's link carries one copy: the ranks form a chain (``src``, ``src+1``,
+...), each receiver forwards the bytes as they arrive to the next one while decoding them, and the
+tensors go in pieces of ``piece_bytes`` so that every link and every decoder works at once (like
+NCCL's pipelined ring broadcast).  Time ~ one transfer of the coded bytes + one piece per hop.
+
+**Old or new, never a mix.**  Receivers decode into a staging copy (it is also the delta's base) and
+copy it into their tensors only once every piece is in and the digest matches; a receiver that fails
+keeps its old values and says so to the source, whose :meth:`WeightSync.push` raises naming it.  A
+dead receiver makes the source and those after it raise within the group's timeout; the ones before
+it commit.  Memory: receivers hold one extra copy of the weights, the source two (the last synced
+version and the snapshot being sent).
+
+Tensors: every dtype the codec takes is coded; others (integer buffers) travel raw.  Tensors may be on
+a GPU: they are staged through host memory (the transport here is gloo's).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import codec
+from codec.delta import decode_delta, encode_delta, inspect_delta
+from codec.format import crc32c
+from codec.layouts import SUPPORTED
+
+from . import framing
+from .transport import global_rank
+
+__all__ = ["WeightSync", "SyncStats", "SyncError"]
+
+PIECE_BYTES = 2 << 20
+FULL, DELTA, RAW, END, OK, FAILED = 1, 2, 3, 4, 5, 6
+_MASK63 = (1 << 63) - 1
+
+
+class SyncError(RuntimeError):
+    """A sync failed on some rank (``rank``); the tensors of the ranks that raise it are unchanged."""
+
+    def __init__(self, msg: str, rank: int | None = None):
+        super().__init__(msg)
+        self.rank = rank
+
+
+@dataclass
+class SyncStats:
+    version: int                 # the version now held (the source counts its pushes)
+    mode: str                    # "full" or "delta"
+    raw_bytes: int               # the tensors' bytes
+    wire_bytes: int              # bytes of this sync on each link of the chain (payloads and headers)
+    seconds: float
+    changed_fraction: float | None   # delta: changed values / values (None in a full sync)
+    pieces_full: int = 0
+    pieces_delta: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.raw_bytes / max(1, self.wire_bytes)
+
+
+class _Group:
+    """The tensors of one dtype as one flat buffer and its pieces."""
+
+    def __init__(self, dtype: torch.dtype, members: list[tuple[int, int, int]], piece_bytes: int):
+        self.dtype = dtype
+        self.coded = str(dtype).removeprefix("torch.") in SUPPORTED
+        self.members = members                   # (tensor index, offset, numel)
+        self.numel = sum(n for _, _, n in members)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        per = max(1, piece_bytes // itemsize)
+        self.pieces = [(a, min(a + per, self.numel)) for a in range(0, self.numel, per)]
+
+    def flat(self) -> torch.Tensor:
+        return torch.empty(self.numel, dtype=self.dtype)
+
+
+class WeightSync:
+    """Synchronise ``named_tensors`` (a dict or ``named_parameters()``: the same names, shapes and dtypes
+    on every rank of ``group``) from ``src`` (a rank of ``group``) to every other rank.
+
+    ``delta``: send only what changed once both sides hold a common version.  ``checksum``: CRC32C in
+    every coded piece (a corrupted one raises :class:`codec.FormatError` on the receiver that decodes
+    it; without it, the final digest still refuses corrupted values).  ``piece_bytes``: the pipeline's
+    unit.  Every rank constructs it, then the source calls :meth:`push` and the others :meth:`pull`, as
+    often as wanted, in the same order (a sync is a collective of ``group``)."""
+
+    def __init__(self, named_tensors, src: int = 0, group=None, *, delta: bool = True, checksum: bool = False,
+                 piece_bytes: int = PIECE_BYTES, level: int = 1):
+        items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
+        if not items:
+            raise ValueError("WeightSync: no tensors")
+        self.names = [n for n, _ in items]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("WeightSync: duplicate tensor names")
+        self.tensors = [t for _, t in items]
+        self.group, self.src, self.delta, self.checksum, self.level = group, src, delta, checksum, level
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        if not 0 <= src < self.world:
+            raise ValueError(f"src {src} is not a rank of the group (size {self.world})")
+        self.chain = [(src + k) % self.world for k in range(self.world)]
+        self.piece_bytes = int(piece_bytes)
+        groups: dict[torch.dtype, list] = {}
+        for i, t in enumerate(self.tensors):
+            g = groups.setdefault(t.dtype, [])
+            g.append((i, sum(n for _, _, n in g), t.numel()))
+        self.groups = [_Group(dt, m, self.piece_bytes) for dt, m in groups.items()]
+        self.spec = [(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in items]
+        h = hashlib.sha256(repr((self.spec, self.piece_bytes, self.delta)).encode()).digest()
+        self._spec_digest = int.from_bytes(h[:8], "little") & _MASK63
+        self.version, self.digest = 0, 0
+        self._base = None                        # the last synced version (source) / staging (receivers)
+        self._spare = None                       # the source's snapshot buffers, reused
+        self._checked = False
+
+    # -- the parts every rank runs ----------------------------------------------------------------
+
+    def _control(self) -> tuple[bool, int]:
+        """All ranks' (spec, version, digest): (delta or full, the new version), identical on every rank;
+        a rank whose tensors differ in name, shape or dtype makes every rank raise, naming the first."""
+        mine = torch.tensor([self._spec_digest, self.version, self.digest], dtype=torch.int64)
+        rows = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(rows, mine, group=self.group)
+        rows = [r.tolist() for r in rows]
+        if any(r[0] != rows[self.src][0] for r in rows):
+            specs = [None] * self.world
+            dist.all_gather_object(specs, (self.spec, self.piece_bytes, self.delta), group=self.group)
+            raise ValueError(_first_mismatch(specs, self.src))
+        s = rows[self.src]
+        delta = self.delta and s[1] >= 1 and all(r[1:] == s[1:] for r in rows)
+        return delta, s[1] + 1
+
+    def _digest(self, flats) -> int:
+        d = 0
+        for f in flats:
+            d = crc32c(f.view(torch.uint8).numpy(), d)
+        return d & _MASK63
+
+    # -- source -------------------------------------------------------------------------------------
+
+    def push(self) -> SyncStats:
+        """Send the tensors' current values down the chain; returns once every receiver has them (or
+        raises :class:`SyncError` naming the first receiver that failed)."""
+        if self.rank != self.src:
+            raise RuntimeError(f"push() is for rank {self.src} (the source); this is rank {self.rank}: call pull()")
+        t0 = time.perf_counter()
+        delta, version = self._control()
+        cur, self._spare = self._spare or [g.flat() for g in self.groups], None
+        for g, flat in zip(self.groups, cur):
+            for i, off, n in g.members:
+                flat[off:off + n].copy_(self.tensors[i].detach().reshape(-1), non_blocking=False)
+        base = self._base if delta else None
+        stats = SyncStats(version, "delta" if delta else "full", sum(f.numel() * f.element_size() for f in cur),
+                          0, 0.0, None)
+        changed = [0, 0]
+        nxt = global_rank(self.chain[1], self.group) if self.world > 1 else None
+        hdr = torch.empty(2, dtype=torch.int64)
+
+        def code(gi, a, b):
+            g, piece = self.groups[gi], cur[gi][a:b]
+            if not g.coded:
+                return RAW, piece.view(torch.uint8)
+            if base is not None:
+                blob = encode_delta(piece, base[gi][a:b], checksum=self.checksum, level=self.level)
+                h = inspect_delta(blob)
+                changed[0] += h.n_changed
+                changed[1] += h.numel
+                if len(blob) * 2 < piece.numel() * piece.element_size():
+                    return DELTA, torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+                full = framing.encode(piece, True, self.checksum)
+                if len(blob) < full.numel():
+                    return DELTA, torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+                return FULL, full
+            return FULL, framing.encode(piece, True, self.checksum)
+
+        jobs = [(gi, a, b) for gi, g in enumerate(self.groups) for a, b in g.pieces]
+        if nxt is not None:
+            with ThreadPoolExecutor(1, thread_name_prefix="zipccl-sync-encode") as pool:
+                futs = [pool.submit(code, *j) for j in jobs[:2]]
+                for k in range(len(jobs)):
+                    kind, payload = futs[k].result()
+                    if k + 2 < len(jobs):
+                        futs.append(pool.submit(code, *jobs[k + 2]))
+                    stats.pieces_full += kind == FULL
+                    stats.pieces_delta += kind == DELTA
+                    hdr[0], hdr[1] = kind, payload.numel()
+                    self._send(hdr, nxt)
+                    self._send(payload, nxt)
+                    stats.wire_bytes += payload.numel() + hdr.numel() * 8
+        digest = self._digest(cur)
+        if nxt is not None:
+            hdr[0], hdr[1] = END, digest
+            self._send(hdr, nxt)
+            stats.wire_bytes += 16
+            self._collect_acks()
+        self._spare, self._base, self.version, self.digest = self._base, cur, version, digest
+        stats.changed_fraction = changed[0] / changed[1] if delta and changed[1] else None
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _send(self, t, dst):
+        try:
+            dist.send(t, dst, group=self.group)
+        except RuntimeError as e:
+            raise SyncError(f"WeightSync: sending to rank {self.chain[1]} failed (dead or timed out): {e}",
+                            self.chain[1]) from e
+
+    def _collect_acks(self):
+        ack = torch.empty(2, dtype=torch.int64)
+        failed = []
+        for r in self.chain[1:]:
+            try:
+                dist.recv(ack, global_rank(r, self.group), group=self.group)
+            except RuntimeError as e:
+                raise SyncError(f"WeightSync: rank {r} did not confirm the sync (dead or timed out): {e}", r) from e
+            if int(ack[0]) != OK:
+                failed.append(r)
+        if failed:
+            raise SyncError(f"WeightSync: the sync failed on rank(s) {failed}; they kept their previous values "
+                            f"(their own error says why)", failed[0])
+
+    # -- receivers ----------------------------------------------------------------------------------
+
+    def pull(self) -> SyncStats:
+        """Receive the source's values into this rank's tensors (in place, all or none)."""
+        if self.rank == self.src:
+            raise RuntimeError(f"pull() is for the receivers; rank {self.rank} is the source: call push()")
+        t0 = time.perf_counter()
+        delta, version = self._control()
+        pos = self.chain.index(self.rank)
+        prv = global_rank(self.chain[pos - 1], self.group)
+        nxt = global_rank(self.chain[pos + 1], self.group) if pos + 1 < self.world else None
+        if self._base is None:
+            self._base = [g.flat() for g in self.groups]
+        stage = self._base
+        stats = SyncStats(version, "delta" if delta else "full", sum(f.numel() * f.element_size() for f in stage),
+                          0, 0.0, None)
+        self.version, self.digest = 0, 0             # until this sync commits, the staging is no base
+        error: list[BaseException] = []
+        changed = [0, 0]
+        lock = threading.Lock()
+
+        def decode(kind, payload, gi, a, b):
+            if error:
+                return
+            try:
+                out = stage[gi][a:b]
+                if kind == RAW and not self.groups[gi].coded:
+                    if payload.numel() != out.numel() * out.element_size():
+                        raise codec.FormatError(f"raw piece of {payload.numel()} bytes for {out.numel()} values")
+                    out.view(torch.uint8).copy_(payload)
+                elif kind == FULL and self.groups[gi].coded:
+                    framing.decode_into(payload, out, True, self.checksum)
+                elif kind == DELTA and delta and self.groups[gi].coded:
+                    h = inspect_delta(payload.numpy())
+                    if self.checksum and not h.checksum:
+                        raise codec.FormatError("the source sent a delta without checksum although checksum=True here")
+                    decode_delta(payload.numpy(), out, out=out)
+                    with lock:
+                        changed[0] += h.n_changed
+                        changed[1] += h.numel
+                else:
+                    raise codec.FormatError(f"piece kind {kind} where a {'delta' if delta else 'full'} sync "
+                                            f"of {self.groups[gi].dtype} values was expected")
+            except BaseException as e:  # noqa: BLE001 - reported after the stream is drained
+                error.append(e)
+
+        hdr = torch.empty(2, dtype=torch.int64)
+        fwd = ThreadPoolExecutor(1, thread_name_prefix="zipccl-sync-forward") if nxt is not None else None
+        dec = ThreadPoolExecutor(1, thread_name_prefix="zipccl-sync-decode")
+        sent = []
+        try:
+            for gi, g in enumerate(self.groups):
+                for a, b in g.pieces:
+                    dist.recv(hdr, prv, group=self.group)
+                    kind, n = int(hdr[0]), int(hdr[1])
+                    raw = (b - a) * stage[gi].element_size()
+                    limit = framing.frame_limit(stage[gi][a:b], True) if g.coded else raw
+                    if kind not in (FULL, DELTA, RAW) or not 0 <= n <= max(limit, raw + (1 << 16)):
+                        raise codec.FormatError(f"WeightSync: the source announced a piece of kind {kind} and "
+                                                f"{n} bytes for {b - a} values")
+                    payload = torch.empty(n, dtype=torch.uint8)
+                    dist.recv(payload, prv, group=self.group)
+                    stats.wire_bytes += 16 + n
+                    if fwd is not None:
+                        sent.append(fwd.submit(self._forward, hdr.clone(), payload, nxt))
+                    dec.submit(decode, kind, payload, gi, a, b)
+            dist.recv(hdr, prv, group=self.group)
+            if int(hdr[0]) != END:
+                raise codec.FormatError(f"WeightSync: expected the end of the sync, got kind {int(hdr[0])}")
+            want = int(hdr[1])
+            stats.wire_bytes += 16
+            if fwd is not None:
+                sent.append(fwd.submit(self._forward, hdr.clone(), None, nxt))
+            dec.shutdown(wait=True)
+            for f in sent:
+                f.result()
+        except RuntimeError as e:
+            dec.shutdown(wait=False, cancel_futures=True)
+            if isinstance(e, SyncError) or isinstance(e, codec.FormatError):
+                raise
+            raise SyncError(f"WeightSync: rank {self.rank}: the chain broke (a rank died or timed out): {e}",
+                            self.rank) from e
+        finally:
+            if fwd is not None:
+                fwd.shutdown(wait=False)
+        if not error and self._digest(stage) != want:
+            error.append(codec.FormatError("WeightSync: the received values differ from the source's "
+                                           "(digest mismatch): corrupted in transit"))
+        ack = torch.tensor([FAILED if error else OK, 0], dtype=torch.int64)
+        dist.send(ack, global_rank(self.src, self.group), group=self.group)
+        if error:
+            raise error[0]
+        for g, flat in zip(self.groups, stage):               # commit: all tensors or none
+            for i, off, n in g.members:
+                self.tensors[i].detach().view(-1).copy_(flat[off:off + n]) if self.tensors[i].is_contiguous() \
+                    else self.tensors[i].detach().copy_(flat[off:off + n].view(self.tensors[i].shape))
+        self.version, self.digest = version, want
+        stats.changed_fraction = changed[0] / changed[1] if delta and changed[1] else None
+        stats.seconds = time.perf_counter() - t0
+        return stats
+
+    def _forward(self, hdr, payload, dst) -> None:
+        dist.send(hdr, dst, group=self.group)
+        if payload is not None:
+            dist.send(payload, dst, group=self.group)
+
+
+def _first_mismatch(specs, src: int) -> str:
+    ref_spec, ref_piece, ref_delta = specs[src]
+    for r, (spec, piece, delta) in enumerate(specs):
+        if r == src:
+            continue
+        if (piece, delta) != (ref_piece, ref_delta):
+            return (f"WeightSync: rank {r} uses piece_bytes={piece}, delta={delta}; rank {src} (source) "
+                    f"piece_bytes={ref_piece}, delta={ref_delta}")
+        for k in range(max(len(spec), len(ref_spec))):
+            a = ref_spec[k] if k < len(ref_spec) else None
+            b = spec[k] if k < len(spec) else None
+            if a != b:
+                def say(x):
+                    return "nothing" if x is None else f"{x[0]!r} {x[1]}{list(x[2])}"
+                return f"WeightSync: tensor {k} differs: rank {src} (source) has {say(a)}, rank {r} has {say(b)}"
+    return "WeightSync: the ranks' tensor lists differ"
