@@ -52,7 +52,8 @@ from .transport import global_rank
 __all__ = ["WeightSync", "SyncStats", "SyncError"]
 
 PIECE_BYTES = 2 << 20
-FULL, DELTA, RAW, END, OK, FAILED = 1, 2, 3, 4, 5, 6
+FULL, DELTA, RAW, END = 1, 2, 3, 4                  # piece kinds
+OK, FAILED, NOT_FORWARDED = 5, 6, 7                # a receiver's answer to the source
 _MASK63 = (1 << 63) - 1
 
 
@@ -157,6 +158,23 @@ class WeightSync:
             d = crc32c(f.view(torch.uint8).numpy(), d)
         return d & _MASK63
 
+    # -- the delta coding of one piece (a benchmark may substitute another) -----------------------
+
+    def encode_delta_piece(self, piece: torch.Tensor, base: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(the frame that turns ``base`` into ``piece``, the number of values that changed)."""
+        blob = encode_delta(piece, base, checksum=self.checksum, level=self.level)
+        return torch.frombuffer(bytearray(blob), dtype=torch.uint8), inspect_delta(blob).n_changed
+
+    def apply_delta_piece(self, frame: torch.Tensor, out: torch.Tensor) -> int:
+        """Apply a frame of :meth:`encode_delta_piece` to ``out`` (holding the base) in place; the
+        number of values that changed.  Raises :class:`codec.FormatError` with ``out`` untouched."""
+        stream = frame.numpy()
+        h = inspect_delta(stream)
+        if self.checksum and not h.checksum:
+            raise codec.FormatError("the source sent a delta without checksum although checksum=True here")
+        decode_delta(stream, out, out=out)
+        return h.n_changed
+
     # -- source -------------------------------------------------------------------------------------
 
     def push(self) -> SyncStats:
@@ -182,16 +200,13 @@ class WeightSync:
             if not g.coded:
                 return RAW, piece.view(torch.uint8)
             if base is not None:
-                blob = encode_delta(piece, base[gi][a:b], checksum=self.checksum, level=self.level)
-                h = inspect_delta(blob)
-                changed[0] += h.n_changed
-                changed[1] += h.numel
-                if len(blob) * 2 < piece.numel() * piece.element_size():
-                    return DELTA, torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+                blob, n_changed = self.encode_delta_piece(piece, base[gi][a:b])
+                changed[0] += n_changed
+                changed[1] += piece.numel()
+                if blob.numel() * 2 < piece.numel() * piece.element_size():
+                    return DELTA, blob
                 full = framing.encode(piece, True, self.checksum)
-                if len(blob) < full.numel():
-                    return DELTA, torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-                return FULL, full
+                return (DELTA, blob) if blob.numel() < full.numel() else (FULL, full)
             return FULL, framing.encode(piece, True, self.checksum)
 
         jobs = [(gi, a, b) for gi, g in enumerate(self.groups) for a, b in g.pieces]
@@ -234,6 +249,10 @@ class WeightSync:
                 dist.recv(ack, global_rank(r, self.group), group=self.group)
             except RuntimeError as e:
                 raise SyncError(f"WeightSync: rank {r} did not confirm the sync (dead or timed out): {e}", r) from e
+            if int(ack[0]) == NOT_FORWARDED:
+                lost = int(ack[1])
+                raise SyncError(f"WeightSync: rank {r} could not forward the sync to rank {lost} (dead or timed "
+                                f"out); ranks up to {r} have it" + (f", except {failed}" if failed else ""), lost)
             if int(ack[0]) != OK:
                 failed.append(r)
         if failed:
@@ -273,13 +292,10 @@ class WeightSync:
                 elif kind == FULL and self.groups[gi].coded:
                     framing.decode_into(payload, out, True, self.checksum)
                 elif kind == DELTA and delta and self.groups[gi].coded:
-                    h = inspect_delta(payload.numpy())
-                    if self.checksum and not h.checksum:
-                        raise codec.FormatError("the source sent a delta without checksum although checksum=True here")
-                    decode_delta(payload.numpy(), out, out=out)
+                    n_changed = self.apply_delta_piece(payload, out)
                     with lock:
-                        changed[0] += h.n_changed
-                        changed[1] += h.numel
+                        changed[0] += n_changed
+                        changed[1] += out.numel()
                 else:
                     raise codec.FormatError(f"piece kind {kind} where a {'delta' if delta else 'full'} sync "
                                             f"of {self.groups[gi].dtype} values was expected")
@@ -314,8 +330,6 @@ class WeightSync:
             if fwd is not None:
                 sent.append(fwd.submit(self._forward, hdr.clone(), None, nxt))
             dec.shutdown(wait=True)
-            for f in sent:
-                f.result()
         except RuntimeError as e:
             dec.shutdown(wait=False, cancel_futures=True)
             if isinstance(e, SyncError) or isinstance(e, codec.FormatError):
@@ -325,10 +339,16 @@ class WeightSync:
         finally:
             if fwd is not None:
                 fwd.shutdown(wait=False)
+        forwarded = True
+        for f in sent:                 # a dead next rank: this one still has every piece and may commit
+            if f.exception() is not None:
+                forwarded = False
+                break
         if not error and self._digest(stage) != want:
             error.append(codec.FormatError("WeightSync: the received values differ from the source's "
                                            "(digest mismatch): corrupted in transit"))
-        ack = torch.tensor([FAILED if error else OK, 0], dtype=torch.int64)
+        ack = torch.tensor([FAILED if error else OK if forwarded else NOT_FORWARDED,
+                            self.chain[pos + 1] if not forwarded else 0], dtype=torch.int64)
         dist.send(ack, global_rank(self.src, self.group), group=self.group)
         if error:
             raise error[0]

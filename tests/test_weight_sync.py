@@ -156,6 +156,6 @@ def case_dead(rank, ws):
 
 def test_dead_receiver_raises_and_leaves_old_or_new_values():
     res = run_ranks(case_dead, 4, expect=3, timeout=200)
-    assert res[0].startswith("SyncError rank"), res
-    assert res[1][0] in ("pulled", "raised") and res[1][1] in (0.0, 1.0)
-    assert res[3][0] == "raised" and res[3][1] == 0.0        # after the dead rank: old values, whole
+    assert res[0] == "SyncError rank 2", res                 # the source names the dead rank
+    assert res[1] == ("pulled", 1.0)                          # before it: the new values
+    assert res[3][0] == "raised" and res[3][1] == 0.0        # after it: the old values, whole
