@@ -46,7 +46,7 @@ from codec.delta import decode_delta, encode_delta, inspect_delta
 from codec.format import crc32c
 from codec.layouts import SUPPORTED
 
-from . import framing
+from . import framing, strategy
 from .transport import global_rank
 
 __all__ = ["WeightSync", "SyncStats", "SyncError"]
@@ -75,6 +75,7 @@ class SyncStats:
     changed_fraction: float | None   # delta: changed values / values (None in a full sync)
     pieces_full: int = 0
     pieces_delta: int = 0
+    pieces_raw: int = 0              # sent uncompressed (compress=False, or "auto" on a link faster than the codec)
 
     @property
     def ratio(self) -> float:
@@ -103,12 +104,15 @@ class WeightSync:
 
     ``delta``: send only what changed once both sides hold a common version.  ``checksum``: CRC32C in
     every coded piece (a corrupted one raises :class:`codec.FormatError` on the receiver that decodes
-    it; without it, the final digest still refuses corrupted values).  ``piece_bytes``: the pipeline's
+    it; without it, the final digest still refuses corrupted values).  ``compress``: code a full sync
+    (True), send it raw (False), or ``"auto"``: the link is measured in the first sync (a ping-pong,
+    :func:`collectives.strategy.calibrate`) and a full sync is sent raw where the codec, on the cores
+    this rank has, would be slower than the wire (delta syncs are always coded).  ``piece_bytes``: the pipeline's
     unit.  Every rank constructs it, then the source calls :meth:`push` and the others :meth:`pull`, as
     often as wanted, in the same order (a sync is a collective of ``group``)."""
 
     def __init__(self, named_tensors, src: int = 0, group=None, *, delta: bool = True, checksum: bool = False,
-                 piece_bytes: int = PIECE_BYTES, level: int = 1):
+                 compress: bool | str = "auto", piece_bytes: int = PIECE_BYTES, level: int = 1):
         items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
         if not items:
             raise ValueError("WeightSync: no tensors")
@@ -116,7 +120,10 @@ class WeightSync:
         if len(set(self.names)) != len(self.names):
             raise ValueError("WeightSync: duplicate tensor names")
         self.tensors = [t for _, t in items]
+        if compress not in (True, False, "auto"):
+            raise ValueError(f"compress must be True, False or 'auto', not {compress!r}")
         self.group, self.src, self.delta, self.checksum, self.level = group, src, delta, checksum, level
+        self.compress, self._link = compress, None
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         if not 0 <= src < self.world:
             raise ValueError(f"src {src} is not a rank of the group (size {self.world})")
@@ -128,7 +135,7 @@ class WeightSync:
             g.append((i, sum(n for _, _, n in g), t.numel()))
         self.groups = [_Group(dt, m, self.piece_bytes) for dt, m in groups.items()]
         self.spec = [(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in items]
-        h = hashlib.sha256(repr((self.spec, self.piece_bytes, self.delta)).encode()).digest()
+        h = hashlib.sha256(repr((self.spec, self.piece_bytes, self.delta, self.compress)).encode()).digest()
         self._spec_digest = int.from_bytes(h[:8], "little") & _MASK63
         self.version, self.digest = 0, 0
         self._base = None                        # the last synced version (source) / staging (receivers)
@@ -146,11 +153,30 @@ class WeightSync:
         rows = [r.tolist() for r in rows]
         if any(r[0] != rows[self.src][0] for r in rows):
             specs = [None] * self.world
-            dist.all_gather_object(specs, (self.spec, self.piece_bytes, self.delta), group=self.group)
+            dist.all_gather_object(specs, (self.spec, (self.piece_bytes, self.delta, self.compress)),
+                                   group=self.group)
             raise ValueError(_first_mismatch(specs, self.src))
+        if self.compress == "auto" and self._link is None and self.world > 1:
+            self._link = strategy.calibrate(self.group, save=False)        # every rank, once
         s = rows[self.src]
         delta = self.delta and s[1] >= 1 and all(r[1:] == s[1:] for r in rows)
         return delta, s[1] + 1
+
+    def _code_full(self, cur) -> bool:
+        """Whether a full sync is coded: with ``compress="auto"``, where the predicted time of the coded
+        chain, max(wire of the coded bytes, the source's encode, a receiver's decode), beats the raw
+        chain's wire time."""
+        if self.compress != "auto":
+            return self.compress
+        coded = [f for g, f in zip(self.groups, cur) if g.coded]
+        if not coded or self._link is None:
+            return True
+        raw = sum(f.numel() * f.element_size() for f in coded)
+        ratio = strategy.sample_ratio(max(coded, key=lambda f: f.numel()))
+        enc, dec = strategy.codec_throughput()
+        cores = strategy.cores_per_rank()
+        coded_s = max(raw / ratio / self._link.beta, raw / (enc * cores), raw / (dec * cores))
+        return coded_s < raw / self._link.beta
 
     def _digest(self, flats) -> int:
         d = 0
@@ -189,6 +215,7 @@ class WeightSync:
             for i, off, n in g.members:
                 flat[off:off + n].copy_(self.tensors[i].detach().reshape(-1), non_blocking=False)
         base = self._base if delta else None
+        code_full = delta or self._code_full(cur)
         stats = SyncStats(version, "delta" if delta else "full", sum(f.numel() * f.element_size() for f in cur),
                           0, 0.0, None)
         changed = [0, 0]
@@ -197,7 +224,7 @@ class WeightSync:
 
         def code(gi, a, b):
             g, piece = self.groups[gi], cur[gi][a:b]
-            if not g.coded:
+            if not g.coded or not code_full:
                 return RAW, piece.view(torch.uint8)
             if base is not None:
                 blob, n_changed = self.encode_delta_piece(piece, base[gi][a:b])
@@ -219,6 +246,7 @@ class WeightSync:
                         futs.append(pool.submit(code, *jobs[k + 2]))
                     stats.pieces_full += kind == FULL
                     stats.pieces_delta += kind == DELTA
+                    stats.pieces_raw += kind == RAW and self.groups[jobs[k][0]].coded
                     hdr[0], hdr[1] = kind, payload.numel()
                     self._send(hdr, nxt)
                     self._send(payload, nxt)
@@ -285,7 +313,7 @@ class WeightSync:
                 return
             try:
                 out = stage[gi][a:b]
-                if kind == RAW and not self.groups[gi].coded:
+                if kind == RAW and not (delta and self.groups[gi].coded):
                     if payload.numel() != out.numel() * out.element_size():
                         raise codec.FormatError(f"raw piece of {payload.numel()} bytes for {out.numel()} values")
                     out.view(torch.uint8).copy_(payload)
@@ -368,13 +396,13 @@ class WeightSync:
 
 
 def _first_mismatch(specs, src: int) -> str:
-    ref_spec, ref_piece, ref_delta = specs[src]
-    for r, (spec, piece, delta) in enumerate(specs):
+    ref_spec, ref_opts = specs[src]
+    for r, (spec, opts) in enumerate(specs):
         if r == src:
             continue
-        if (piece, delta) != (ref_piece, ref_delta):
-            return (f"WeightSync: rank {r} uses piece_bytes={piece}, delta={delta}; rank {src} (source) "
-                    f"piece_bytes={ref_piece}, delta={ref_delta}")
+        if opts != ref_opts:
+            return (f"WeightSync: rank {r} uses (piece_bytes, delta, compress) = {opts}; rank {src} (the source) "
+                    f"{ref_opts}")
         for k in range(max(len(spec), len(ref_spec))):
             a = ref_spec[k] if k < len(ref_spec) else None
             b = spec[k] if k < len(spec) else None
