@@ -316,6 +316,17 @@ def _build_model_part() -> dict[str, np.ndarray]:
     return out
 
 
+def corpus_loss(res, attention_mask, gen):
+    """The corpus loss (module docstring) of a BertModel output, fresh random targets from ``gen``."""
+    import torch
+
+    mask = attention_mask.unsqueeze(-1).to(torch.float32)
+    emb = torch.nn.functional.normalize((res.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1.0), dim=-1)
+    t1 = torch.nn.functional.normalize(torch.randn(emb.shape, generator=gen), dim=-1)
+    t2 = torch.rand(res.pooler_output.shape, generator=gen) * 2 - 1
+    return ((emb - t1) ** 2).sum(-1).mean() + ((res.pooler_output - t2) ** 2).mean()
+
+
 def _adamw_moments(model, enc, gen) -> dict[str, np.ndarray]:
     """AdamW's ``exp_avg``/``exp_avg_sq`` after ``_ADAM_STEPS`` real steps of the corpus loss, step
     ``s`` on the ``s``-th slice of the batch (fresh random targets per step)."""
@@ -326,12 +337,7 @@ def _adamw_moments(model, enc, gen) -> dict[str, np.ndarray]:
     per = max(1, n // _ADAM_STEPS)
     for s in range(_ADAM_STEPS):
         part = {k: v[s * per:(s + 1) * per] for k, v in enc.items()}
-        res = model(**part)
-        mask = part["attention_mask"].unsqueeze(-1).to(torch.float32)
-        emb = torch.nn.functional.normalize((res.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1.0), dim=-1)
-        t1 = torch.nn.functional.normalize(torch.randn(emb.shape, generator=gen), dim=-1)
-        t2 = torch.rand(res.pooler_output.shape, generator=gen) * 2 - 1
-        loss = ((emb - t1) ** 2).sum(-1).mean() + ((res.pooler_output - t2) ** 2).mean()
+        loss = corpus_loss(model(**part), part["attention_mask"], gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -68,7 +68,7 @@ def _minilm(rank: int, src: int):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoConfig, AutoTokenizer, BertModel
 
-    from bench.corpus import _model_dir, stdlib_paragraphs
+    from bench.corpus import _model_dir, corpus_loss, stdlib_paragraphs
 
     mdir = str(_model_dir())
     if rank != src:
@@ -87,12 +87,7 @@ def _minilm(rank: int, src: int):
         s = counter[0] % 4
         counter[0] += 1
         part = {k: v[s * 16:(s + 1) * 16] for k, v in enc.items()}
-        res = model(**part)
-        mask = part["attention_mask"].unsqueeze(-1).to(torch.float32)
-        emb = torch.nn.functional.normalize((res.last_hidden_state * mask).sum(1) / mask.sum(1), dim=-1)
-        t1 = torch.nn.functional.normalize(torch.randn(emb.shape, generator=gen), dim=-1)
-        t2 = torch.rand(res.pooler_output.shape, generator=gen) * 2 - 1
-        loss = ((emb - t1) ** 2).sum(-1).mean() + ((res.pooler_output - t2) ** 2).mean()
+        loss = corpus_loss(model(**part), part["attention_mask"], gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -150,23 +145,11 @@ def _same_everywhere(tensors) -> bool:
     return all(int(r) == int(rows[0]) for r in rows)
 
 
-def _timed(fn, reps: int) -> float:
-    import torch.distributed as dist
-
-    best = float("inf")
-    for _ in range(reps):
-        dist.barrier()
-        t = time.perf_counter()
-        fn()
-        dist.barrier()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def worker(a) -> None:
     import torch
     import torch.distributed as dist
 
+    from bench.collectives_bench import _timed
     from collectives import WeightSync
 
     dist.init_process_group("gloo")

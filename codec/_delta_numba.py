@@ -52,6 +52,17 @@ def _low_bits(lowbits, bit, s):
     return low
 
 
+@njit(cache=True, inline="always")
+def _put(bytes_, escapes, j, n_esc, value):
+    """``value`` as byte ``j``, or the escape byte and ``value - ESCAPE`` as escape ``n_esc``; the new count."""
+    if value >= ESCAPE:
+        bytes_[j] = ESCAPE
+        escapes[n_esc] = value - ESCAPE
+        return n_esc + 1
+    bytes_[j] = value
+    return n_esc
+
+
 @njit(cache=True)
 def emit(new, base, s, w, qbytes, lowbits, qesc, vbytes, vesc):
     """Fill the sections (sized for the counted changes; ``lowbits`` zeroed); (gap escapes, step escapes)."""
@@ -70,13 +81,7 @@ def emit(new, base, s, w, qbytes, lowbits, qesc, vbytes, vesc):
             continue
         g = i - last - 1
         last = i
-        q = g >> s
-        if q >= ESCAPE:
-            qbytes[j] = ESCAPE
-            qesc[nq] = q - ESCAPE
-            nq += 1
-        else:
-            qbytes[j] = q
+        nq = _put(qbytes, qesc, j, nq, g >> s)
         low = g & lowmask
         for t in range(s):
             if (low >> t) & 1:
@@ -85,13 +90,7 @@ def emit(new, base, s, w, qbytes, lowbits, qesc, vbytes, vesc):
         d = (_key(a, w) - _key(b, w)) & mask
         if d & sign:
             d -= mask + 1
-        v = 2 * d - 1 if d >= 0 else -2 * d - 2
-        if v >= ESCAPE:
-            vbytes[j] = ESCAPE
-            vesc[nv] = v - ESCAPE
-            nv += 1
-        else:
-            vbytes[j] = v
+        nv = _put(vbytes, vesc, j, nv, 2 * d - 1 if d >= 0 else -2 * d - 2)
         j += 1
     return nq, nv
 

@@ -31,7 +31,7 @@ def _bits(tensors):
                 else v).numpy().copy() for k, v in tensors.items()}
 
 
-def case_steps(rank, ws, src, n_steps, piece_bytes, checksum):
+def case_steps(rank, ws, src, n_steps, piece_bytes, checksum, compress):
     import collectives
 
     master = _model(0)
@@ -40,7 +40,7 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum):
         p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=1e-4)
     tensors = _synced(master) if rank == src else {k: torch.zeros_like(v) for k, v in _synced(master).items()}
-    sync = collectives.WeightSync(tensors, src=src, piece_bytes=piece_bytes, checksum=checksum)
+    sync = collectives.WeightSync(tensors, src=src, piece_bytes=piece_bytes, checksum=checksum, compress=compress)
     log = []
     g = torch.Generator().manual_seed(1)
     for step in range(n_steps):
@@ -56,13 +56,13 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum):
             st = sync.push()
         else:
             st = sync.pull()
-        log.append((st.mode, st.version, st.changed_fraction, st.wire_bytes, st.raw_bytes))
+        log.append((st.mode, st.version, st.changed_fraction, st.wire_bytes, st.raw_bytes, st.pieces_raw))
     return {"log": log, "bits": _bits(tensors)}
 
 
-@pytest.mark.parametrize("ws,src", [(2, 0), (4, 2)])
-def test_full_then_delta_bit_identical_after_every_step(ws, src):
-    res = run_ranks(case_steps, ws, src, 4, 64 << 10, ws == 4)
+@pytest.mark.parametrize("ws,src,compress", [(2, 0, False), (4, 2, True)])
+def test_full_then_delta_bit_identical_after_every_step(ws, src, compress):
+    res = run_ranks(case_steps, ws, src, 4, 64 << 10, ws == 4, compress)
     assert all(isinstance(r, dict) for r in res.values()), res
     want = res[src]["bits"]
     for r in range(ws):
@@ -71,8 +71,11 @@ def test_full_then_delta_bit_identical_after_every_step(ws, src):
         modes = [m for m, *_ in res[r]["log"]]
         assert modes == ["full", "delta", "delta", "delta"], (r, modes)
         assert [v for _, v, *_ in res[r]["log"]] == [1, 2, 3, 4]
-    for mode, _, changed, wire, raw in res[src]["log"][1:]:
+    first = res[src]["log"][0]
+    assert (first[5] > 0) == (not compress)               # a full sync raw or coded, as asked
+    for mode, _, changed, wire, raw, n_raw in res[src]["log"][1:]:
         assert 0 < changed < 1 and wire < raw / 2        # lr 1e-4: a fraction of bf16 values move
+        assert n_raw == 0                                 # deltas are always coded
 
 
 def case_stale_receiver(rank, ws):
