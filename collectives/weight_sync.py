@@ -32,7 +32,6 @@ a GPU: they are staged through host memory (the transport here is gloo's).
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from codec.format import crc32c
 from codec.layouts import SUPPORTED
 
 from . import framing, strategy
+from .ring import POOL, _Lease
 from .transport import global_rank
 
 __all__ = ["WeightSync", "SyncStats", "SyncError"]
@@ -58,11 +58,13 @@ _MASK63 = (1 << 63) - 1
 
 
 class SyncError(RuntimeError):
-    """A sync failed on some rank (``rank``); the tensors of the ranks that raise it are unchanged."""
+    """A sync failed on some rank (``rank``).  With staging the tensors of a rank that raises it are
+    unchanged; without, ``updated`` names the ones it wrote (they hold the new values)."""
 
     def __init__(self, msg: str, rank: int | None = None):
         super().__init__(msg)
         self.rank = rank
+        self.updated: list[str] = []
 
 
 @dataclass
@@ -83,7 +85,9 @@ class SyncStats:
 
 
 class _Group:
-    """The tensors of one dtype as one flat buffer and its pieces."""
+    """The tensors of one dtype as one flat buffer (members in order) and its pieces: ranges of the flat
+    that either lie inside one tensor (a tensor of half a piece or more starts its own pieces) or cover
+    whole small tensors, so that a receiver without staging decodes big tensors in place."""
 
     def __init__(self, dtype: torch.dtype, members: list[tuple[int, int, int]], piece_bytes: int):
         self.dtype = dtype
@@ -92,7 +96,23 @@ class _Group:
         self.numel = sum(n for _, _, n in members)
         itemsize = torch.empty(0, dtype=dtype).element_size()
         per = max(1, piece_bytes // itemsize)
-        self.pieces = [(a, min(a + per, self.numel)) for a in range(0, self.numel, per)]
+        self.pieces, start = [], 0               # start: of the bundle of small tensors being filled
+        for _, off, n in members:
+            if 2 * n >= per:
+                if start < off:
+                    self.pieces.append((start, off))
+                self.pieces += [(a, min(a + per, off + n)) for a in range(off, off + n, per)]
+                start = off + n
+            elif off + n - start > per:
+                self.pieces.append((start, off))
+                start = off
+        if start < self.numel:
+            self.pieces.append((start, self.numel))
+
+    def segments(self, a: int, b: int):
+        """(tensor index, start, stop) of the values of flat range [a, b), in order."""
+        return [(i, max(a, off) - off, min(b, off + n) - off) for i, off, n in self.members
+                if off < b and off + n > a and n]
 
     def flat(self) -> torch.Tensor:
         return torch.empty(self.numel, dtype=self.dtype)
@@ -107,12 +127,18 @@ class WeightSync:
     it; without it, the final digest still refuses corrupted values).  ``compress``: code a full sync
     (True), send it raw (False), or ``"auto"``: the link is measured in the first sync (a ping-pong,
     :func:`collectives.strategy.calibrate`) and a full sync is sent raw where the codec, on the cores
-    this rank has, would be slower than the wire (delta syncs are always coded).  ``piece_bytes``: the pipeline's
+    this rank has, would be slower than the wire (delta syncs are always coded).  ``staging``
+    (receivers): decode into a staging copy and commit all tensors at the end (old or new, never a
+    mix; one extra copy of the weights in memory), or, ``False``, straight into the tensors (no extra
+    memory, no commit copy; the tensors are then the delta's base, their digest is taken before each
+    sync, so a local change to them gets a full sync; a failed sync raises :class:`SyncError` with
+    ``updated``, the names of the tensors it wrote).  ``piece_bytes``: the pipeline's
     unit.  Every rank constructs it, then the source calls :meth:`push` and the others :meth:`pull`, as
     often as wanted, in the same order (a sync is a collective of ``group``)."""
 
     def __init__(self, named_tensors, src: int = 0, group=None, *, delta: bool = True, checksum: bool = False,
-                 compress: bool | str = "auto", piece_bytes: int = PIECE_BYTES, level: int = 1):
+                 compress: bool | str = "auto", staging: bool = True, piece_bytes: int = PIECE_BYTES,
+                 level: int = 1):
         items = list(named_tensors.items() if isinstance(named_tensors, dict) else named_tensors)
         if not items:
             raise ValueError("WeightSync: no tensors")
@@ -123,7 +149,7 @@ class WeightSync:
         if compress not in (True, False, "auto"):
             raise ValueError(f"compress must be True, False or 'auto', not {compress!r}")
         self.group, self.src, self.delta, self.checksum, self.level = group, src, delta, checksum, level
-        self.compress, self._link = compress, None
+        self.compress, self._link, self.staging = compress, None, staging
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         if not 0 <= src < self.world:
             raise ValueError(f"src {src} is not a rank of the group (size {self.world})")
@@ -222,26 +248,34 @@ class WeightSync:
         nxt = global_rank(self.chain[1], self.group) if self.world > 1 else None
         hdr = torch.empty(2, dtype=torch.int64)
 
+        def full(piece):
+            lease = _Lease(POOL.take(framing.frame_limit(piece, True)))      # pooled: no fresh pages per piece
+            return FULL, framing.encode(piece, True, self.checksum, out=lease.buf), lease
+
         def code(gi, a, b):
+            """(kind, frame, lease of the frame's buffer or None) of one piece."""
             g, piece = self.groups[gi], cur[gi][a:b]
             if not g.coded or not code_full:
-                return RAW, piece.view(torch.uint8)
-            if base is not None:
-                blob, n_changed = self.encode_delta_piece(piece, base[gi][a:b])
-                changed[0] += n_changed
-                changed[1] += piece.numel()
-                if blob.numel() * 2 < piece.numel() * piece.element_size():
-                    return DELTA, blob
-                full = framing.encode(piece, True, self.checksum)
-                return (DELTA, blob) if blob.numel() < full.numel() else (FULL, full)
-            return FULL, framing.encode(piece, True, self.checksum)
+                return RAW, piece.view(torch.uint8), None
+            if base is None:
+                return full(piece)
+            blob, n_changed = self.encode_delta_piece(piece, base[gi][a:b])
+            changed[0] += n_changed
+            changed[1] += piece.numel()
+            if blob.numel() * 2 < piece.numel() * piece.element_size():
+                return DELTA, blob, None
+            kind, frame, lease = full(piece)
+            if blob.numel() < frame.numel():
+                lease.done()
+                return DELTA, blob, None
+            return kind, frame, lease
 
         jobs = [(gi, a, b) for gi, g in enumerate(self.groups) for a, b in g.pieces]
         if nxt is not None:
             with ThreadPoolExecutor(1, thread_name_prefix="zipccl-sync-encode") as pool:
                 futs = [pool.submit(code, *j) for j in jobs[:2]]
                 for k in range(len(jobs)):
-                    kind, payload = futs[k].result()
+                    kind, payload, lease = futs[k].result()
                     if k + 2 < len(jobs):
                         futs.append(pool.submit(code, *jobs[k + 2]))
                     stats.pieces_full += kind == FULL
@@ -250,6 +284,8 @@ class WeightSync:
                     hdr[0], hdr[1] = kind, payload.numel()
                     self._send(hdr, nxt)
                     self._send(payload, nxt)
+                    if lease is not None:
+                        lease.done()
                     stats.wire_bytes += payload.numel() + hdr.numel() * 8
         digest = self._digest(cur)
         if nxt is not None:
@@ -290,45 +326,51 @@ class WeightSync:
     # -- receivers ----------------------------------------------------------------------------------
 
     def pull(self) -> SyncStats:
-        """Receive the source's values into this rank's tensors (in place, all or none)."""
+        """Receive the source's values into this rank's tensors, in place: with staging, all or none;
+        without, a failed sync raises :class:`SyncError` whose ``updated`` names the tensors it wrote."""
         if self.rank == self.src:
             raise RuntimeError(f"pull() is for the receivers; rank {self.rank} is the source: call push()")
         t0 = time.perf_counter()
+        if not self.staging and self.version:
+            self.digest = self._digest_tensors()       # the base is the tensors themselves: changed here?
         delta, version = self._control()
         pos = self.chain.index(self.rank)
         prv = global_rank(self.chain[pos - 1], self.group)
         nxt = global_rank(self.chain[pos + 1], self.group) if pos + 1 < self.world else None
-        if self._base is None:
+        if self.staging and self._base is None:
             self._base = [g.flat() for g in self.groups]
-        stage = self._base
-        stats = SyncStats(version, "delta" if delta else "full", sum(f.numel() * f.element_size() for f in stage),
-                          0, 0.0, None)
+        stats = SyncStats(version, "delta" if delta else "full",
+                          sum(t.numel() * t.element_size() for t in self.tensors), 0, 0.0, None)
         self.version, self.digest = 0, 0             # until this sync commits, the staging is no base
         error: list[BaseException] = []
         changed = [0, 0]
-        lock = threading.Lock()
+        updated: set[int] = set()
 
-        def decode(kind, payload, gi, a, b):
-            if error:
-                return
+        def decode(kind, payload, gi, a, b, lease, out, scatter):
             try:
-                out = stage[gi][a:b]
-                if kind == RAW and not (delta and self.groups[gi].coded):
+                if error:
+                    return
+                g = self.groups[gi]
+                if kind == RAW and not (delta and g.coded):
                     if payload.numel() != out.numel() * out.element_size():
                         raise codec.FormatError(f"raw piece of {payload.numel()} bytes for {out.numel()} values")
                     out.view(torch.uint8).copy_(payload)
-                elif kind == FULL and self.groups[gi].coded:
+                elif kind == FULL and g.coded:
                     framing.decode_into(payload, out, True, self.checksum)
-                elif kind == DELTA and delta and self.groups[gi].coded:
-                    n_changed = self.apply_delta_piece(payload, out)
-                    with lock:
-                        changed[0] += n_changed
-                        changed[1] += out.numel()
+                elif kind == DELTA and delta and g.coded:
+                    changed[0] += self.apply_delta_piece(payload, out)
+                    changed[1] += out.numel()
                 else:
                     raise codec.FormatError(f"piece kind {kind} where a {'delta' if delta else 'full'} sync "
-                                            f"of {self.groups[gi].dtype} values was expected")
+                                            f"of {g.dtype} values was expected")
+                self._scatter(scatter, out)
+                if not self.staging:
+                    updated.update(i for i, _, _ in g.segments(a, b))
             except BaseException as e:  # noqa: BLE001 - reported after the stream is drained
                 error.append(e)
+            finally:
+                if lease is not None:
+                    lease.done()
 
         hdr = torch.empty(2, dtype=torch.int64)
         fwd = ThreadPoolExecutor(1, thread_name_prefix="zipccl-sync-forward") if nxt is not None else None
@@ -339,17 +381,26 @@ class WeightSync:
                 for a, b in g.pieces:
                     dist.recv(hdr, prv, group=self.group)
                     kind, n = int(hdr[0]), int(hdr[1])
-                    raw = (b - a) * stage[gi].element_size()
-                    limit = framing.frame_limit(stage[gi][a:b], True) if g.coded else raw
+                    raw = (b - a) * torch.empty(0, dtype=g.dtype).element_size()
+                    limit = framing.frame_limit(torch.empty(b - a, dtype=g.dtype, device="meta"), True) \
+                        if g.coded else raw
                     if kind not in (FULL, DELTA, RAW) or not 0 <= n <= max(limit, raw + (1 << 16)):
                         raise codec.FormatError(f"WeightSync: the source announced a piece of kind {kind} and "
                                                 f"{n} bytes for {b - a} values")
-                    payload = torch.empty(n, dtype=torch.uint8)
+                    out, scatter = self._target(gi, a, b, gather=delta)
+                    if kind == RAW and n == raw and not (delta and g.coded) and scatter is None:
+                        payload, lease = out.view(torch.uint8), None      # straight into its place
+                    else:                     # a pooled buffer: no fresh pages per piece
+                        lease = _Lease(POOL.take(n), 2 if fwd is not None else 1)
+                        payload = lease.buf[:n]
                     dist.recv(payload, prv, group=self.group)
                     stats.wire_bytes += 16 + n
                     if fwd is not None:
-                        sent.append(fwd.submit(self._forward, hdr.clone(), payload, nxt))
-                    dec.submit(decode, kind, payload, gi, a, b)
+                        sent.append(fwd.submit(self._forward, hdr.clone(), payload, nxt, lease))
+                    if lease is not None or scatter is not None:
+                        dec.submit(decode, kind, payload, gi, a, b, lease, out, scatter)
+                    elif not self.staging:
+                        updated.update(i for i, _, _ in g.segments(a, b))
             dist.recv(hdr, prv, group=self.group)
             if int(hdr[0]) != END:
                 raise codec.FormatError(f"WeightSync: expected the end of the sync, got kind {int(hdr[0])}")
@@ -360,10 +411,13 @@ class WeightSync:
             dec.shutdown(wait=True)
         except RuntimeError as e:
             dec.shutdown(wait=False, cancel_futures=True)
-            if isinstance(e, SyncError) or isinstance(e, codec.FormatError):
+            if isinstance(e, SyncError):
                 raise
-            raise SyncError(f"WeightSync: rank {self.rank}: the chain broke (a rank died or timed out): {e}",
-                            self.rank) from e
+            raise self._failed(SyncError(f"WeightSync: rank {self.rank}: the chain broke (a rank died or timed "
+                                         f"out): {e}", self.rank), updated) from e
+        except codec.FormatError as e:
+            dec.shutdown(wait=False, cancel_futures=True)
+            raise self._failed(e, updated)
         finally:
             if fwd is not None:
                 fwd.shutdown(wait=False)
@@ -372,27 +426,88 @@ class WeightSync:
             if f.exception() is not None:
                 forwarded = False
                 break
-        if not error and self._digest(stage) != want:
+        got = self._digest(self._base) if self.staging else self._digest_tensors()
+        if not error and got != want:
             error.append(codec.FormatError("WeightSync: the received values differ from the source's "
                                            "(digest mismatch): corrupted in transit"))
         ack = torch.tensor([FAILED if error else OK if forwarded else NOT_FORWARDED,
                             self.chain[pos + 1] if not forwarded else 0], dtype=torch.int64)
         dist.send(ack, global_rank(self.src, self.group), group=self.group)
         if error:
-            raise error[0]
-        for g, flat in zip(self.groups, stage):               # commit: all tensors or none
-            for i, off, n in g.members:
-                self.tensors[i].detach().view(-1).copy_(flat[off:off + n]) if self.tensors[i].is_contiguous() \
-                    else self.tensors[i].detach().copy_(flat[off:off + n].view(self.tensors[i].shape))
+            raise self._failed(error[0], updated)
+        if self.staging:                                      # commit: all tensors or none
+            for g, flat in zip(self.groups, self._base):
+                self._scatter(g.segments(0, g.numel), flat)
         self.version, self.digest = version, want
         stats.changed_fraction = changed[0] / changed[1] if delta and changed[1] else None
         stats.seconds = time.perf_counter() - t0
         return stats
 
-    def _forward(self, hdr, payload, dst) -> None:
-        dist.send(hdr, dst, group=self.group)
-        if payload is not None:
-            dist.send(payload, dst, group=self.group)
+    def _target(self, gi: int, a: int, b: int, gather: bool):
+        """(where piece [a, b) of group ``gi`` is decoded, the segments to copy it to afterwards or None).
+        With staging: the staging's slice.  Without: the tensor's own memory where the piece lies inside
+        one contiguous CPU tensor, else a buffer (holding the tensors' values if ``gather``: a delta's
+        base) scattered to them once decoded."""
+        g = self.groups[gi]
+        if self.staging:
+            return self._base[gi][a:b], None
+        seg = g.segments(a, b)
+        if len(seg) == 1:
+            t = self.tensors[seg[0][0]]
+            if t.device.type == "cpu" and t.is_contiguous():
+                return t.detach().view(-1)[seg[0][1]:seg[0][2]], None
+        buf = torch.empty(b - a, dtype=g.dtype)
+        if gather:
+            at = 0
+            for i, lo, hi in seg:
+                buf[at:at + hi - lo].copy_(self.tensors[i].detach().reshape(-1)[lo:hi])
+                at += hi - lo
+        return buf, seg
+
+    def _scatter(self, segments, values: torch.Tensor) -> None:
+        """Copy ``values`` (the segments' values in order) into the tensors."""
+        if segments is None:
+            return
+        at = 0
+        for i, lo, hi in segments:
+            t = self.tensors[i].detach()
+            part = values[at:at + hi - lo]
+            if t.is_contiguous():
+                t.view(-1)[lo:hi].copy_(part)
+            else:                                             # strided: through a contiguous copy of it
+                whole = t.reshape(-1).clone()
+                whole[lo:hi] = part
+                t.copy_(whole.view(t.shape))
+            at += hi - lo
+
+    def _failed(self, err: BaseException, updated: set) -> BaseException:
+        """The error a failed pull raises: as it is with staging (nothing was written), else a
+        :class:`SyncError` saying which tensors hold the new values (``updated``)."""
+        if self.staging:
+            return err
+        names = [self.names[i] for i in sorted(updated)]
+        e = SyncError(f"{err} (no staging: {len(names)} of {len(self.names)} tensors were updated"
+                      + (f": {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})" if names else ")"), self.rank)
+        e.updated = names
+        e.__cause__ = err
+        return e
+
+    def _digest_tensors(self) -> int:
+        d = 0
+        for g in self.groups:
+            for i, _, _ in g.members:
+                t = self.tensors[i].detach()
+                d = crc32c(t.cpu().contiguous().view(-1).view(torch.uint8).numpy(), d)
+        return d & _MASK63
+
+    def _forward(self, hdr, payload, dst, lease=None) -> None:
+        try:
+            dist.send(hdr, dst, group=self.group)
+            if payload is not None:
+                dist.send(payload, dst, group=self.group)
+        finally:
+            if lease is not None:
+                lease.done()
 
 
 def _first_mismatch(specs, src: int) -> str:

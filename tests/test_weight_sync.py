@@ -18,12 +18,14 @@ def _model(seed: int):
             "layer.0.weight": (torch.randn(256, 256, generator=g) * 0.05),
             "layer.0.bias": torch.zeros(256),
             "norm.weight": torch.ones(64),
+            "proj.weight": (torch.randn(96, 512, generator=g) * 0.05).t(),      # strided (a transposed view)
             "position_ids": torch.arange(512)}
 
 
 def _synced(master):
     """The copy that is synced: bf16 for matrices, fp32 for the norm, the buffer as it is."""
-    return {k: (v.to(torch.bfloat16) if v.dim() == 2 or k.endswith("bias") else v.clone()) for k, v in master.items()}
+    return {k: (v.to(torch.bfloat16) if v.dim() == 2 or k.endswith("bias") else v.clone()) if k != "proj.weight"
+            else v.t().to(torch.bfloat16).t() for k, v in master.items()}
 
 
 def _bits(tensors):
@@ -40,7 +42,9 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum, compress):
         p.requires_grad_(True)
     opt = torch.optim.AdamW(params, lr=1e-4)
     tensors = _synced(master) if rank == src else {k: torch.zeros_like(v) for k, v in _synced(master).items()}
-    sync = collectives.WeightSync(tensors, src=src, piece_bytes=piece_bytes, checksum=checksum, compress=compress)
+    assert not tensors["proj.weight"].is_contiguous()
+    sync = collectives.WeightSync(tensors, src=src, piece_bytes=piece_bytes, checksum=checksum, compress=compress,
+                                  staging=rank % 2 == 0)         # receivers of odd rank decode in place
     log = []
     g = torch.Generator().manual_seed(1)
     for step in range(n_steps):
@@ -53,6 +57,7 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum, compress):
                 with torch.no_grad():
                     for k, v in _synced(master).items():
                         tensors[k].copy_(v)
+                assert not tensors["proj.weight"].is_contiguous()
             st = sync.push()
         else:
             st = sync.pull()
@@ -117,6 +122,56 @@ def test_stale_receiver_is_refused_then_resynced_in_full():
     assert res[2][0][1].startswith("FormatError") and "digest" in res[2][0][1]
     for r in (1, 2, 3):
         assert (res[r][1] == res[0][1]).all()
+
+
+def case_no_staging(rank, ws):
+    """Receivers without staging: a local change to a tensor makes the next sync a full one; a piece
+    that fails to decode raises SyncError naming the tensors already written (the ones before it)."""
+    import collectives
+
+    class Corrupting(collectives.WeightSync):
+        calls = 0
+
+        def encode_delta_piece(self, piece, base):
+            frame, n = super().encode_delta_piece(piece, base)
+            self.calls += 1                                          # pieces are coded in order
+            if self.version == 2 and self.calls == 2:                # the first delta sync: its second piece (w1)
+                frame[frame.numel() // 2] ^= 0x40
+            return frame, n
+
+    g = torch.Generator().manual_seed(0)
+    src_t = {f"w{i}": (torch.randn(4096, generator=g) * 0.02).to(torch.bfloat16) for i in range(3)}
+    t = {k: v.clone() for k, v in src_t.items()} if rank == 0 else {k: torch.zeros_like(v) for k, v in src_t.items()}
+    sync = Corrupting(t, src=0, piece_bytes=8192, checksum=True, staging=False)
+    out = []
+    for step in range(4):
+        if rank == 0:
+            for v in t.values():
+                v.view(torch.int16)[::5] += 1
+            try:
+                out.append(sync.push().mode)
+            except collectives.SyncError as e:
+                out.append(f"SyncError {e.rank}")
+        else:
+            if step == 1 and rank == 1:
+                t["w2"].view(torch.int16)[7] += 3                      # a local change between syncs
+            try:
+                out.append(sync.pull().mode)
+            except collectives.SyncError as e:
+                out.append(("SyncError", e.updated, type(e.__cause__).__name__))
+    return out, {k: v.view(torch.int16).numpy().copy() for k, v in t.items()}
+
+
+def test_receivers_without_staging():
+    res = run_ranks(case_no_staging, 3)
+    assert all(isinstance(r, tuple) for r in res.values()), res
+    # sync 2: rank 1 changed w2 locally -> a full sync for all; sync 3: w1's piece corrupted (checksum)
+    assert res[0][0] == ["full", "full", "SyncError 1", "full"], res[0][0]
+    for r in (1, 2):
+        assert res[r][0][:2] == ["full", "full"] and res[r][0][3] == "full"
+        assert res[r][0][2] == ("SyncError", ["w0"], "FormatError")      # w0 written before w1 failed
+        for k, v in res[0][1].items():
+            assert (res[r][1][k] == v).all(), (r, k)
 
 
 def case_mismatch(rank, ws):
