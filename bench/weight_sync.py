@@ -160,7 +160,8 @@ def worker(a) -> None:
     out = {"model": a.model, "raw_MB": raw / 1e6, "n_tensors": len(tensors)}
 
     # full sync: zipccl vs torch.distributed.broadcast (per tensor, and one flat bucket)
-    full = WeightSync(tensors, src=src, delta=False, piece_bytes=piece)
+    staging = a.staging == "on"
+    full = WeightSync(tensors, src=src, delta=False, piece_bytes=piece, staging=staging)
     stats = []
     out["zipccl_full_s"] = _timed(lambda: stats.append(full.push() if rank == src else full.pull()), a.reps)
     out["full_wire_MB"] = stats[-1].wire_bytes / 1e6
@@ -184,8 +185,8 @@ def worker(a) -> None:
     del full, keep
 
     # delta sync over consecutive real optimizer steps: zipccl delta vs XOR + zstd, same chain
-    ours = WeightSync(tensors, src=src, delta=True, piece_bytes=piece)
-    xor = _xor_zstd_sync()(tensors, src=src, delta=True, piece_bytes=piece)
+    ours = WeightSync(tensors, src=src, delta=True, piece_bytes=piece, staging=staging)
+    xor = _xor_zstd_sync()(tensors, src=src, delta=True, piece_bytes=piece, staging=True)   # its own base copy
     for s in (ours, xor):                                       # the first sync of each is a full one
         s.push() if rank == src else s.pull()
     rows = []
@@ -248,6 +249,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--piece-mib", type=float, default=4.0)
+    ap.add_argument("--staging", default="on", choices=["on", "off"],
+                    help="receivers decode into a staging copy (all-or-nothing) or straight into their tensors")
     ap.add_argument("--out", default=None)
     global _ARGS
     a = _ARGS = ap.parse_args(argv)
@@ -264,7 +267,8 @@ def main(argv=None) -> int:
         threads = str(max(1, (os.cpu_count() or 1) // a.ranks))
         with Cluster([float(rate)] * a.ranks) as c:
             outs = c.run(["-m", "bench.weight_sync", "--worker", "--model", model, "--steps", str(a.steps),
-                          "--reps", str(a.reps), "--lr", str(a.lr), "--piece-mib", str(a.piece_mib)],
+                          "--reps", str(a.reps), "--lr", str(a.lr), "--piece-mib", str(a.piece_mib),
+                          "--staging", a.staging],
                          env={"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}, timeout=3600)
         line = [x for x in outs[0].splitlines() if x.startswith("RESULT ")][-1]
         r = json.loads(line[len("RESULT "):])
@@ -300,7 +304,7 @@ def main(argv=None) -> int:
     out.write_text(
         "# Weight synchronisation: zipccl WeightSync vs torch.distributed.broadcast and XOR + zstd\n\n"
         f"Regenerate (root): `python -m bench.weight_sync --plan {a.plan} --steps {a.steps} --reps {a.reps} "
-        f"--lr {a.lr} --piece-mib {a.piece_mib}`.\n\nCPU: {_cpu_model()}; {a.ranks} ranks (1 trainer, "
+        f"--lr {a.lr} --piece-mib {a.piece_mib} --staging {a.staging}`.\n\nCPU: {_cpu_model()}; {a.ranks} ranks (1 trainer, "
         f"{a.ranks - 1} receivers) in network namespaces sharing this machine's {os.cpu_count()} cores, links "
         "shaped with tc/tbf. The trainer takes real AdamW steps (fp32 master, lr as above, weight decay 0.01) "
         "and syncs the bf16 copy. Bit identity: CRC32C of every rank's bf16 bits, gathered after each sync.\n\n"
