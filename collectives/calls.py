@@ -143,7 +143,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         else:
             raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather, native or auto")
         tensor.view(-1).copy_(acc)
-    return work.run(run, async_op)
+    return work.run(run, async_op, [tensor])
 
 
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,

@@ -1,5 +1,13 @@
-"""The DDP communication hook: gradients all-reduced (compressed) and averaged, for
-``model.register_comm_hook(None, collectives.allreduce_hook)``."""
+"""DDP communication hooks: gradients all-reduced (compressed) and averaged, for
+``model.register_comm_hook(group, collectives.allreduce_hook)``.
+
+:func:`allreduce_hook` returns at once: the bucket's all-reduce is queued on zipccl's communication
+thread (:mod:`collectives.work`) and the returned ``torch.futures.Future`` is completed from there,
+as torch's own ``allreduce_hook`` chains ``.then`` on the work's future.  So while bucket k is being
+encoded, sent and decoded, backward goes on computing the gradients of bucket k+1; DDP waits on the
+futures only at the end of backward.  :func:`blocking_allreduce_hook` communicates inside the hook
+(backward stops meanwhile): kept to measure what the overlap brings (bench/ddp_train.py).
+"""
 from __future__ import annotations
 
 import torch
@@ -9,14 +17,21 @@ from .calls import all_reduce
 
 
 def allreduce_hook(state, bucket):
-    """DDP communication hook: compressed all-reduce, averaged.
-    ``model.register_comm_hook(None, collectives.allreduce_hook)``."""
-    group = state
+    """DDP communication hook: compressed all-reduce of the bucket, averaged, overlapped with backward.
+    ``state``: the process group (None: the default one).  (No return annotation: DDP accepts only
+    the exact ``torch.futures.Future[torch.Tensor]``.)"""
+    ws = dist.get_world_size(state)
+    work = all_reduce(bucket.buffer(), group=state, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0].div_(ws))
+
+
+def blocking_allreduce_hook(state, bucket):
+    """The same all-reduce, run inside the hook: backward waits for each bucket's communication."""
     buf = bucket.buffer()
     fut: torch.futures.Future = torch.futures.Future()
     try:
-        all_reduce(buf, group=group)
-        buf.div_(dist.get_world_size(group))
+        all_reduce(buf, group=state)
+        buf.div_(dist.get_world_size(state))
         fut.set_result(buf)
     except Exception as e:     # noqa: BLE001 - handed to DDP
         fut.set_exception(e)

@@ -130,20 +130,38 @@ def case_corrupt(rank, ws):
 
 
 def case_ddp(rank, ws):
+    """Default DDP all-reduce vs the overlapped and the blocking zipccl hook: two SGD steps each, several
+    small buckets (so that buckets are in flight while backward goes on)."""
     import collectives
 
     grads = []
-    for hook in (False, True):
+    for hook in (None, collectives.allreduce_hook, collectives.blocking_allreduce_hook):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 8))
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        if hook:
-            ddp.register_comm_hook(None, collectives.allreduce_hook)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 300),
+                                    torch.nn.GELU(), torch.nn.Linear(300, 8))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         g = torch.Generator().manual_seed(rank)
-        loss = ddp(torch.randn(32, 64, generator=g)).pow(2).mean()
-        loss.backward()
+        for _ in range(2):
+            opt.zero_grad()
+            ddp(torch.randn(32, 64, generator=g)).pow(2).mean().backward()
+            opt.step()
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
-    return (grads[0] - grads[1]).abs().max().item(), grads[0].abs().max().item()
+    return [((grads[0] - other).abs().max().item(), grads[0].abs().max().item()) for other in grads[1:]]
+
+
+def case_work_future(rank, ws):
+    """Work.get_future() is a torch Future completed with the output, chainable with .then."""
+    import collectives
+
+    x = torch.full((100_000,), float(rank + 1), dtype=torch.bfloat16)
+    w = collectives.all_reduce(x, async_op=True)
+    fut = w.get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    got = doubled.wait()
+    return isinstance(fut, torch.futures.Future), fut.value()[0] is x, float(got[0]), float(x[-1])
 
 
 def case_dead(rank, ws):
@@ -181,10 +199,18 @@ def case_fsdp(rank, ws):
 
 
 
-def test_ddp_comm_hook_matches_default_allreduce():
+def test_ddp_comm_hooks_match_default_allreduce():
     res = _run(case_ddp, 2)
-    for diff, scale in res.values():
-        assert diff <= 1e-6 * max(scale, 1.0), res
+    for per_hook in res.values():
+        assert len(per_hook) == 2, res
+        for diff, scale in per_hook:
+            assert diff <= 1e-6 * max(scale, 1.0), res
+
+
+def test_work_future_is_a_torch_future():
+    res = _run(case_work_future, 2)
+    for r in range(2):
+        assert res[r] == (True, True, 6.0, 3.0), res
 
 
 @pytest.mark.parametrize("ws", [2, 4])
