@@ -10,28 +10,45 @@ futures only at the end of backward.  :func:`blocking_allreduce_hook` communicat
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 
 from .calls import all_reduce
 
 
+@dataclass
+class HookState:
+    """Options of the hooks: ``model.register_comm_hook(HookState(group, compress="auto"), allreduce_hook)``.
+    ``compress``: True, False or "auto" (:mod:`collectives.strategy` decides per bucket)."""
+    group: object = None
+    compress: bool | str = True
+    checksum: bool = False
+
+
+def _options(state) -> HookState:
+    return state if isinstance(state, HookState) else HookState(group=state)
+
+
 def allreduce_hook(state, bucket):
     """DDP communication hook: compressed all-reduce of the bucket, averaged, overlapped with backward.
-    ``state``: the process group (None: the default one).  (No return annotation: DDP accepts only
-    the exact ``torch.futures.Future[torch.Tensor]``.)"""
-    ws = dist.get_world_size(state)
-    work = all_reduce(bucket.buffer(), group=state, async_op=True)
+    ``state``: a :class:`HookState`, or the process group (None: the default one).  (No return
+    annotation: DDP accepts only the exact ``torch.futures.Future[torch.Tensor]``.)"""
+    o = _options(state)
+    ws = dist.get_world_size(o.group)
+    work = all_reduce(bucket.buffer(), group=o.group, async_op=True, compress=o.compress, checksum=o.checksum)
     return work.get_future().then(lambda fut: fut.value()[0].div_(ws))
 
 
 def blocking_allreduce_hook(state, bucket):
     """The same all-reduce, run inside the hook: backward waits for each bucket's communication."""
+    o = _options(state)
     buf = bucket.buffer()
     fut: torch.futures.Future = torch.futures.Future()
     try:
-        all_reduce(buf, group=state)
-        buf.div_(dist.get_world_size(state))
+        all_reduce(buf, group=o.group, compress=o.compress, checksum=o.checksum)
+        buf.div_(dist.get_world_size(o.group))
         fut.set_result(buf)
     except Exception as e:     # noqa: BLE001 - handed to DDP
         fut.set_exception(e)

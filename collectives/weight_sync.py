@@ -166,7 +166,6 @@ class WeightSync:
         self.version, self.digest = 0, 0
         self._base = None                        # the last synced version (source) / staging (receivers)
         self._spare = None                       # the source's snapshot buffers, reused
-        self._checked = False
 
     # -- the parts every rank runs ----------------------------------------------------------------
 

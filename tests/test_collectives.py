@@ -135,13 +135,15 @@ def case_ddp(rank, ws):
     import collectives
 
     grads = []
-    for hook in (None, collectives.allreduce_hook, collectives.blocking_allreduce_hook):
+    hooks = [(None, None), (None, collectives.allreduce_hook), (None, collectives.blocking_allreduce_hook),
+             (collectives.HookState(compress=False), collectives.allreduce_hook)]
+    for state, hook in hooks:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 300),
                                     torch.nn.GELU(), torch.nn.Linear(300, 8))
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
         if hook is not None:
-            ddp.register_comm_hook(None, hook)
+            ddp.register_comm_hook(state, hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         g = torch.Generator().manual_seed(rank)
         for _ in range(2):
@@ -202,7 +204,7 @@ def case_fsdp(rank, ws):
 def test_ddp_comm_hooks_match_default_allreduce():
     res = _run(case_ddp, 2)
     for per_hook in res.values():
-        assert len(per_hook) == 2, res
+        assert len(per_hook) == 3, res
         for diff, scale in per_hook:
             assert diff <= 1e-6 * max(scale, 1.0), res
 
