@@ -80,6 +80,11 @@ def worker(a) -> None:
 
     dist.init_process_group("gloo")
     rank, ws = dist.get_rank(), dist.get_world_size()
+    if os.environ.get("ZIPCCL_BENCH_DEBUG") and rank == 0:          # the cost model's decisions, on stdout
+        import logging
+        import sys
+
+        logging.basicConfig(stream=sys.stdout, level=logging.DEBUG, format="%(message)s")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ws))
     out = {"params_M": None, "modes": {}}
     final = {}

@@ -12,14 +12,15 @@ last_decision = None     # the strategy.Decision of the latest compress="auto" c
 CHOICES = ("uncompressed", "compressed-ring", "compressed-gather")   # the broadcast code is the index
 
 
-def choose(op: str, tensor, group) -> tuple[bool, str]:
+def choose(op: str, tensor, group, while_computing: bool = False) -> tuple[bool, str]:
     """``(compress, algorithm)`` for ``op`` on ``tensor``, the same on every rank (all ranks call it);
-    algorithm ``"native"`` means torch's own uncompressed collective."""
+    algorithm ``"native"`` means torch's own uncompressed collective.  ``while_computing``: the call
+    overlaps compute on the same cores (:func:`collectives.strategy.predict_all_reduce`)."""
     global last_decision
     code = torch.zeros(1, dtype=torch.int64)
     d = None
     if dist.get_rank(group) == 0:
-        d = strategy.decide(op, tensor, dist.get_world_size(group))
+        d = strategy.decide(op, tensor, dist.get_world_size(group), while_computing=while_computing)
         code[0] = CHOICES.index(d.choice)
     dist.broadcast(code, global_rank(0, group), group=group)
     choice = CHOICES[int(code)]

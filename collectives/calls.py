@@ -100,12 +100,13 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
 
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algorithm="auto", compress=True,
-               checksum=False):
+               checksum=False, while_computing=False):
     """In-place sum over ranks.  ``algorithm``: "ring", "gather", "auto" (gather below 64K values) or
     "native" (torch's own all_reduce, uncompressed only).  ``compress="auto"``: the cost model of
     :mod:`collectives.strategy` picks; where compression does not pay it runs "native", whose
     summation order is gloo's (pass ``compress=False`` for this module's ring order, bit-identical to
-    the compressed ring)."""
+    the compressed ring).  ``while_computing``: with "auto", the call overlaps compute on the same cores
+    (a DDP hook), so compression is charged the CPU time it takes from that compute."""
     if op != dist.ReduceOp.SUM:
         raise NotImplementedError("only ReduceOp.SUM is supported")
 
@@ -116,7 +117,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         if ws == 1:
             return
         if compress == "auto":
-            compress, algorithm = auto.choose("all_reduce", tensor, group)
+            compress, algorithm = auto.choose("all_reduce", tensor, group, while_computing)
         algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < RING_MIN_NUMEL else "ring")
         if algo == "native":
             if compress:

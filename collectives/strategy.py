@@ -160,12 +160,18 @@ def _overlapped(enc_s: float, dec_s: float, cores: float) -> float:
 
 
 def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
-                       cores: float | None = None, add: float | None = None) -> dict:
+                       cores: float | None = None, add: float | None = None, while_computing: bool = False) -> dict:
     """Seconds for the slice-pipelined ring all-reduce of ``nbytes`` per rank: 2(N-1) hops of nbytes/N.
     The wire, the encode thread and the decode thread (which also adds) overlap, so the slowest of
     them sets the pace, plus the time to fill the pipeline (one slice through every stage).  The
     gather algorithm (every rank's whole stream to every rank, then N-1 local additions) runs its
-    codec and additions after its wire, on the one thread that runs the call."""
+    codec and additions after its wire, on the one thread that runs the call.
+
+    ``while_computing``: the call runs while the same cores compute (a DDP hook during backward): its
+    wire time is hidden behind the compute but every CPU second of the codec is taken from it, so a
+    compressed candidate costs its wire time plus its codec seconds on this rank's cores (measured on
+    the emulated cluster, 4 ranks on 2 cores: the compressed hook at 0.55-0.67x of torch DDP at
+    1 Gbit/s, 1.06x at 100 Mbit/s, while the communication-only model chose compression at both)."""
     cores = cores_per_rank() if cores is None else cores
     add = add_throughput() if add is None else add
     n, hops = world, 2 * (world - 1)
@@ -179,8 +185,11 @@ def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: f
     piece = min(slice_size(int(shard)), shard)
     fill = hops * (piece / enc + piece / dec)
     ring = max(wire, _overlapped(enc_s, dec_s, cores)) + fill
-    gather = (n - 1) * (link.alpha + nbytes / (link.beta * ratio)) + (
-        nbytes / enc + (n - 1) * nbytes / dec + (n - 1) * nbytes / add) / min(cores, 1.0)
+    gather_cpu = nbytes / enc + (n - 1) * nbytes / dec + (n - 1) * nbytes / add
+    gather_wire = (n - 1) * (link.alpha + nbytes / (link.beta * ratio))
+    gather = gather_wire + gather_cpu / min(cores, 1.0)
+    if while_computing:
+        ring, gather = wire + (enc_s + dec_s) / cores, gather_wire + gather_cpu / cores
     return {"uncompressed": plain, "compressed-ring": ring, "compressed-gather": gather}
 
 
@@ -197,8 +206,9 @@ def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: f
     return {"uncompressed": plain, "compressed-gather": comp}
 
 
-def decide(op: str, tensor, world: int, link: Link | None = None) -> Decision:
-    """The cheapest way to run ``op`` on ``tensor``; without a calibrated link, compress."""
+def decide(op: str, tensor, world: int, link: Link | None = None, while_computing: bool = False) -> Decision:
+    """The cheapest way to run ``op`` on ``tensor``; without a calibrated link, compress.
+    ``while_computing``: see :func:`predict_all_reduce` (all-reduce only)."""
     link = link or cached_link()
     nbytes = tensor.numel() * tensor.element_size()
     if link is None or world < 2:
@@ -207,7 +217,10 @@ def decide(op: str, tensor, world: int, link: Link | None = None) -> Decision:
         return d
     ratio = sample_ratio(tensor)
     enc, dec = codec_throughput()
-    pred = (predict_all_reduce if op == "all_reduce" else predict_all_gather)(nbytes, world, link, ratio, enc, dec)
+    if op == "all_reduce":
+        pred = predict_all_reduce(nbytes, world, link, ratio, enc, dec, while_computing=while_computing)
+    else:
+        pred = predict_all_gather(nbytes, world, link, ratio, enc, dec)
     d = Decision(op, min(pred, key=pred.get), pred, ratio)
     log.debug("%s", d)
     return d

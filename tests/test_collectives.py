@@ -296,6 +296,22 @@ def test_cost_model_counts_cores_shared_by_ranks(monkeypatch):
     assert strategy.cores_per_rank() >= 1
 
 
+def test_cost_model_charges_the_codec_when_it_runs_beside_compute():
+    """A DDP hook's all-reduce overlaps backward on the same cores: its wire time is hidden, its codec
+    seconds are not.  2 MiB bf16 buckets, 4 ranks on 2 cores: at 1 Gbit/s the wire saving (~1/3 of
+    ~24 ms) is less than the codec's CPU, so no compression; at 100 Mbit/s it is more."""
+    from collectives import strategy
+
+    args = (2 << 20, 4)
+    rest = (1.45, 300e6, 800e6)
+    for rate, want in ((125e6, "uncompressed"), (12.5e6, "compressed-ring")):
+        link = strategy.Link(alpha=1e-4, beta=rate)
+        beside = strategy.predict_all_reduce(*args, link, *rest, cores=0.5, add=2e9, while_computing=True)
+        assert min(beside, key=beside.get) == want, (rate, beside)
+        alone = strategy.predict_all_reduce(*args, link, *rest, cores=0.5, add=2e9)
+        assert beside["compressed-ring"] >= beside["uncompressed"] or alone["compressed-ring"] < alone["uncompressed"]
+
+
 def test_cost_model_samples_the_whole_tensor_and_counts_the_gathers_cpu():
     """The ratio comes from pieces spread over the tensor (a flattened gradient's head is the word
     embedding's zero rows), and the gather algorithm's codec and additions, which follow its wire on
