@@ -17,9 +17,6 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _gpt(dim: int, layers: int, ctx: int):
@@ -148,7 +145,7 @@ def main(argv=None) -> int:
         return 0
     from bench.cluster import Cluster
     from bench.ratio import to_markdown
-    from bench.speed import _cpu_model, _machine_slug
+    from bench.speed import _cpu_model, write_result
 
     rows = []
     passthrough = ["--modes", a.modes, "--dim", str(a.dim), "--layers", str(a.layers), "--ctx", str(a.ctx),
@@ -170,9 +167,8 @@ def main(argv=None) -> int:
         print(rows[-len(r["modes"]):], flush=True)
     cols = ["link_mbit", "mode", "params_M", "step_s", "tokens_per_s", "speedup_vs_torch", "last_loss",
             "zipccl_modes_identical"]
-    out = Path(a.out) if a.out else RESULTS / f"ddp_train_{_machine_slug(_cpu_model())}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
+    out = write_result(
+        a.out, "ddp_train",
         "# End-to-end DDP training: torch DDP vs zipccl's all-reduce hook, blocking and overlapped\n\n"
         f"Regenerate (root): `python -m bench.ddp_train --rates {a.rates} {' '.join(passthrough)}`.\n\n"
         f"CPU: {_cpu_model()}; {a.ranks} ranks in network namespaces sharing this machine's {os.cpu_count()} "

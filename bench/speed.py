@@ -159,6 +159,14 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def write_result(out, stem: str, text: str) -> Path:
+    """Write a results table to ``out`` or, by default, ``bench/results/<stem>_<cpu>.md``; its path."""
+    path = Path(out) if out else Path(__file__).resolve().parent / "results" / f"{stem}_{_machine_slug(_cpu_model())}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def _machine_slug(model: str) -> str:
     """A file-name form of the CPU model: one results table per machine seen."""
     import re

@@ -29,8 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
-
 
 # -- the worker (one per rank) -------------------------------------------------------------------
 
@@ -259,7 +257,7 @@ def main(argv=None) -> int:
         return 0
     from bench.cluster import Cluster
     from bench.ratio import to_markdown
-    from bench.speed import _cpu_model, _machine_slug
+    from bench.speed import _cpu_model, write_result
 
     results = []
     for item in a.plan.split(","):
@@ -298,10 +296,7 @@ def main(argv=None) -> int:
             per_step.append({"model": r["model"], "link_mbit": r["link_mbit"], **s})
     step_cols = ["model", "link_mbit", "step", "changed_pct", "zipccl_MB", "xor_zstd_MB", "zipccl_s", "xor_zstd_s",
                  "identical"]
-    slug = _machine_slug(_cpu_model())
-    out = Path(a.out) if a.out else RESULTS / f"weight_sync_{slug}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
+    out = write_result(a.out, "weight_sync",
         "# Weight synchronisation: zipccl WeightSync vs torch.distributed.broadcast and XOR + zstd\n\n"
         f"Regenerate (root): `python -m bench.weight_sync --plan {a.plan} --steps {a.steps} --reps {a.reps} "
         f"--lr {a.lr} --piece-mib {a.piece_mib} --staging {a.staging}`.\n\nCPU: {_cpu_model()}; {a.ranks} ranks (1 trainer, "

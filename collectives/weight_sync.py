@@ -24,7 +24,9 @@ copy it into their tensors only once every piece is in and the digest matches; a
 keeps its old values and says so to the source, whose :meth:`WeightSync.push` raises naming it.  A
 dead receiver makes the source and those after it raise within the group's timeout; the ones before
 it commit.  Memory: receivers hold one extra copy of the weights, the source two (the last synced
-version and the snapshot being sent).
+version and the snapshot being sent).  A receiver with ``staging=False`` holds none: it decodes
+straight into its tensors (pieces never straddle a big tensor), which are then its delta base, and a
+failed sync tells it which tensors were written (:attr:`SyncError.updated`).
 
 Tensors: every dtype the codec takes is coded; others (integer buffers) travel raw.  Tensors may be on
 a GPU: they are staged through host memory (the transport here is gloo's).
@@ -36,7 +38,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
