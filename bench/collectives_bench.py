@@ -16,6 +16,12 @@ import torch.distributed as dist
 
 
 def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
+    if kind == "activations":       # real MiniLM hidden states (bench.corpus), token rows of 384 values: what
+        from bench.corpus import build_corpus_f32                   # an MoE layer sends to its experts
+        acts = build_corpus_f32()
+        flat = np.concatenate([v.reshape(-1) for k, v in acts.items() if k.startswith("activations/hidden_states.")])
+        flat = np.resize(flat, numel)
+        return torch.from_numpy(np.roll(flat, rank * 384 * 31).copy()).to(torch.bfloat16)
     if kind == "gradients":         # real MiniLM gradients of one backward pass (bench.corpus), flattened:
         from bench.corpus import build_corpus_f32, tensor_class     # half of them (the word-embedding rows
                                                                     # of absent tokens) exact zeros
@@ -53,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size-mib", type=float, default=64)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--ops", default="all_reduce,all_gather")
-    ap.add_argument("--data", default="weights", choices=["weights", "gradients"])
+    ap.add_argument("--data", default="weights", choices=["weights", "gradients", "activations"])
     a = ap.parse_args(argv)
     dist.init_process_group("gloo")
     import collectives
@@ -96,6 +102,41 @@ def main(argv=None) -> int:
                              "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                              "speedup_vs_torch": t_torch / t_zip, "auto_s": float("nan"), "auto_choice": "-",
                              "auto_vs_best": float("nan"), "link_MBps": link.beta / 1e6, "bit_identical": bool(flag)})
+            continue
+        if op == "all_to_all":
+            # MoE dispatch: token rows of 384 values, rank i sends rank j a skewed share (expert popularity
+            # 40/30/20/10 %, rotated per rank), so every rank's splits are uneven
+            rows_total = x.numel() // 384
+            shares = [0.4, 0.3, 0.2, 0.1][:ws] if ws <= 4 else [1 / ws] * ws
+
+            def splits(src):
+                cnt = [int(rows_total * shares[(j - src) % ws] / sum(shares)) for j in range(ws)]
+                cnt[src] += rows_total - sum(cnt)
+                return cnt
+            send = splits(rank)
+            recv = [splits(j)[rank] for j in range(ws)]
+            inp = x[:rows_total * 384].view(rows_total, 384)
+            outs = {}
+
+            def torch_op():
+                o = torch.empty(sum(recv), 384, dtype=x.dtype)
+                dist.all_to_all_single(o, inp, recv, send)
+
+            def ours(compress):
+                def f():
+                    o = torch.empty(sum(recv), 384, dtype=x.dtype)
+                    collectives.all_to_all_single(o, inp, recv, send, compress=compress)
+                    outs[compress] = o
+                return f
+            t_torch = _timed(torch_op, a.reps)
+            t_plain = _timed(ours(False), a.reps)
+            t_zip = _timed(ours(True), a.reps)
+            same = torch.equal(outs[True].view(torch.int16), outs[False].view(torch.int16))
+            rows.append({"op": "all_to_all (MoE, uneven)", "data": a.data, "MiB": a.size_mib, "ranks": ws,
+                         "ratio": ratio, "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain,
+                         "zipccl_compressed_s": t_zip, "speedup_vs_torch": t_torch / t_zip, "auto_s": float("nan"),
+                         "auto_choice": "-", "auto_vs_best": float("nan"), "link_MBps": link.beta / 1e6,
+                         "bit_identical": bool(same)})
             continue
         if op == "all_reduce":
             outs = {}

@@ -29,11 +29,15 @@ def main(argv=None) -> int:
                     help="rate_mbit:size_mib[:weights|gradients],...")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--p2p", default="1000:256", help="rate_mbit:size_mib for the 2-host send/recv run ('' to skip)")
+    ap.add_argument("--moe", default="1000:32,100:8",
+                    help="rate_mbit:size_mib,... for all_to_all_single of real activations with uneven (MoE) splits")
+    ap.add_argument("--out", default=None, help="the table (default bench/results/collectives.md)")
     a = ap.parse_args(argv)
     rows = []
     runs = [(item, a.ranks, "all_reduce,all_gather") for item in a.plan.split(",") if item]
     runs += [(a.p2p, 2, "p2p")] if a.p2p else []
-    if any(item.endswith(":gradients") for item, _, _ in runs):
+    runs += [(f"{item}:activations", a.ranks, "all_to_all") for item in a.moe.split(",") if item]
+    if any(item.endswith((":gradients", ":activations")) for item, _, _ in runs):
         from bench.corpus import build_corpus_f32
 
         build_corpus_f32(verbose=True)          # computed once here (cached), not by every rank at once
@@ -51,20 +55,25 @@ def main(argv=None) -> int:
             rows.append(r)
             print(r)
     from bench.ratio import to_markdown
+    from bench.speed import _cpu_model
 
     cols = ["op", "data", "link_mbit", "MiB", "ranks", "ratio", "torch_gloo_s", "zipccl_uncompressed_s",
             "zipccl_compressed_s", "speedup_vs_torch", "auto_choice", "auto_s", "auto_vs_best", "bit_identical"]
     table = to_markdown(rows, cols, "{:.3f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "collectives.md").write_text(
+    out = Path(a.out) if a.out else RESULTS / "collectives.md"
+    out.write_text(
         "# Compressed collectives vs torch.distributed gloo (emulated cluster)\n\n"
-        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {a.p2p} --reps {a.reps}`. "
+        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {a.p2p} --moe {a.moe} "
+        f"--reps {a.reps}`. CPU: {_cpu_model()}. "
         f"{a.ranks} ranks (2 for send/recv) in network namespaces on one 2-core machine, links shaped with tc/tbf; "
         "times are best of reps; speed-up = torch time / zipccl compressed time; `auto` = compress=\"auto\" "
         "(alpha-beta cost model after calibration; when it turns compression off it runs torch's own "
         "collective), `auto_vs_best` = its time / the best of torch gloo, zipccl uncompressed and zipccl "
         "compressed. Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
-        "whole-slice coding, both pipelined in 8 MiB slices.\n\n" + table + "\n")
+        "whole-slice coding, both pipelined in 8 MiB slices. all_to_all rows: MoE dispatch of real MiniLM hidden "
+        "states (token rows of 384 values), each rank's splits uneven (40/30/20/10 %, rotated per rank).\n\n"
+        + table + "\n")
     try:
         import matplotlib
 
@@ -81,7 +90,7 @@ def main(argv=None) -> int:
         ax.set_ylabel("speed-up vs torch gloo")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(RESULTS / "collectives.png", dpi=120)
+        fig.savefig(out.with_suffix(".png"), dpi=120)
     except ImportError:
         pass
     print(table)

@@ -26,7 +26,7 @@ The package, one job per module (each imports only the ones listed before it):
 * :mod:`collectives.work`: the per-process call queue (program order) and the :class:`Work` handle;
 * :mod:`collectives.framing`: tensors as wire frames and back, and the checks of a received frame;
 * :mod:`collectives.agreement`: the check that all ranks pass the same shape and dtype;
-* :mod:`collectives.transport`: variable-size byte buffers between ranks (exchange, padded all-gather);
+* :mod:`collectives.transport`: variable-size byte buffers between ranks (padded all-gather);
 * :mod:`collectives.ring`: the slice-pipelined ring; :mod:`collectives.strategy`: the cost model;
 * :mod:`collectives.auto`: ``compress="auto"`` (rank 0 decides, all follow; :data:`last_decision`);
 * :mod:`collectives.calls`: the group collectives; :mod:`collectives.p2p`: :func:`send` / :func:`recv`;

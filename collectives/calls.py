@@ -3,6 +3,8 @@ all-reduce, reduce-scatter, all-to-all and FSDP's tensor variants (algorithms; t
 transport, the agreement check and the call queue come from their own modules)."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 import torch.distributed as dist
 
@@ -11,7 +13,7 @@ import codec
 from . import auto, framing, work
 from .agreement import check_agree
 from .ring import ring
-from .transport import exchange, gather_buffers, global_rank
+from .transport import gather_buffers, global_rank
 
 RING_MIN_NUMEL = 1 << 16     # below this, one padded all_gather of whole streams (fewer messages)
 
@@ -156,13 +158,40 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
         ins = list(torch.split(input, input_split_sizes or [input.shape[0] // ws] * ws))
         outs = list(torch.split(output, output_split_sizes or [output.shape[0] // ws] * ws))
         outs[r].copy_(ins[r])
-        for step in range(1, ws):
-            to, frm = (r + step) % ws, (r - step) % ws
-            buf = exchange(to, framing.encode(ins[to], compress, checksum), frm, group)
-            if outs[frm].numel():
-                framing.decode_into(buf, outs[frm], compress, checksum)
-            elif buf.numel() and compress:
-                codec.decode(buf.numpy())          # still validate what arrived
+        # every part is encoded ahead on one thread and decoded behind on another; each part goes out as
+        # soon as it is coded, to all peers at once (size, then frame), and each frame is taken in as soon
+        # as its size is known, so all links and both coding threads work together
+        peers = [(r + step) % ws for step in range(1, ws)]
+        srcs = [(r - step) % ws for step in range(1, ws)]
+        with ThreadPoolExecutor(1, thread_name_prefix="zipccl-a2a-encode") as enc, \
+                ThreadPoolExecutor(1, thread_name_prefix="zipccl-a2a-decode") as dec:
+            frames = [enc.submit(framing.encode, ins[to], compress, checksum) for to in peers]
+            sizes = {frm: torch.empty(1, dtype=torch.int64) for frm in srcs}
+            size_reqs = {frm: dist.irecv(sizes[frm], global_rank(frm, group), group=group) for frm in srcs}
+            sends = []
+            for to, fut in zip(peers, frames):
+                frame = fut.result()
+                n = torch.tensor([frame.numel()], dtype=torch.int64)
+                sends += [dist.isend(n, global_rank(to, group), group=group),
+                          dist.isend(frame, global_rank(to, group), group=group)]
+            pending = []
+            for frm in srcs:
+                size_reqs[frm].wait()
+                n = int(sizes[frm])
+                limit = framing.frame_limit(outs[frm], compress) if outs[frm].numel() else (1 << 16)
+                if not 0 <= n <= limit:
+                    raise ValueError(f"all_to_all_single: rank {frm} announced a {n}-byte frame for "
+                                     f"{outs[frm].numel()} values")
+                buf = torch.empty(n, dtype=torch.uint8)
+                dist.irecv(buf, global_rank(frm, group), group=group).wait()
+                if outs[frm].numel():
+                    pending.append(dec.submit(framing.decode_into, buf, outs[frm], compress, checksum))
+                elif buf.numel() and compress:
+                    pending.append(dec.submit(codec.decode, buf.numpy()))     # still validate what arrived
+            for q in sends:
+                q.wait()
+            for f in pending:
+                f.result()
     return work.run(run, async_op)
 
 

@@ -1,5 +1,5 @@
 """Transport: moving variable-size byte buffers (frames) between the ranks of a group over
-torch.distributed, sizes first: a pairwise exchange and a padded all-gather."""
+torch.distributed, sizes first: a padded all-gather (the point-to-point paths send sizes inline)."""
 from __future__ import annotations
 
 import torch
@@ -9,22 +9,6 @@ import torch.distributed as dist
 def global_rank(rank: int, group) -> int:
     """The global rank of ``group``'s rank ``rank`` (point-to-point calls and ``src`` take global ranks)."""
     return rank if group is None else dist.get_global_rank(group, rank)
-
-
-def exchange(send_to: int, payload: torch.Tensor, recv_from: int, group) -> torch.Tensor:
-    """Send ``payload`` to one peer while receiving a variable-size buffer from another."""
-    n_out = torch.tensor([payload.numel()], dtype=torch.int64)
-    n_in = torch.empty(1, dtype=torch.int64)
-    reqs = [dist.isend(n_out, global_rank(send_to, group), group=group),
-            dist.irecv(n_in, global_rank(recv_from, group), group=group)]
-    for r in reqs:
-        r.wait()
-    buf = torch.empty(int(n_in), dtype=torch.uint8)
-    reqs = [dist.isend(payload, global_rank(send_to, group), group=group),
-            dist.irecv(buf, global_rank(recv_from, group), group=group)]
-    for r in reqs:
-        r.wait()
-    return buf
 
 
 def gather_buffers(payload: torch.Tensor, group) -> list[torch.Tensor]:
