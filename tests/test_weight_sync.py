@@ -1,7 +1,7 @@
 """collectives.WeightSync on real gloo ranks (loopback sockets): full then delta syncs bit-identical to the
 source after every real optimizer step, the chain on 2-4 ranks with a source other than rank 0, the
 fallback to a full sync when a receiver's state does not match, mismatched tensor lists, and a dead
-receiver."""
+receiver.  The 4-rank cases are marked slow (CI runs them in its second step)."""
 import os
 
 import pytest
@@ -44,7 +44,7 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum, compress):
     tensors = _synced(master) if rank == src else {k: torch.zeros_like(v) for k, v in _synced(master).items()}
     assert not tensors["proj.weight"].is_contiguous()
     sync = collectives.WeightSync(tensors, src=src, piece_bytes=piece_bytes, checksum=checksum, compress=compress,
-                                  staging=rank % 2 == 0)         # receivers of odd rank decode in place
+                                  staging=rank % 2 == 1)         # receivers of even rank decode in place
     log = []
     g = torch.Generator().manual_seed(1)
     for step in range(n_steps):
@@ -65,7 +65,7 @@ def case_steps(rank, ws, src, n_steps, piece_bytes, checksum, compress):
     return {"log": log, "bits": _bits(tensors)}
 
 
-@pytest.mark.parametrize("ws,src,compress", [(2, 0, False), (4, 2, True)])
+@pytest.mark.parametrize("ws,src,compress", [(2, 0, False), pytest.param(4, 2, True, marks=pytest.mark.slow)])
 def test_full_then_delta_bit_identical_after_every_step(ws, src, compress):
     res = run_ranks(case_steps, ws, src, 4, 64 << 10, ws == 4, compress)
     assert all(isinstance(r, dict) for r in res.values()), res
@@ -114,6 +114,7 @@ def case_stale_receiver(rank, ws):
     return out, t["w"].view(torch.int16).numpy().copy()
 
 
+@pytest.mark.slow
 def test_stale_receiver_is_refused_then_resynced_in_full():
     res = run_ranks(case_stale_receiver, 4)
     assert all(isinstance(r, tuple) for r in res.values()), res
@@ -212,6 +213,7 @@ def case_dead(rank, ws):
         return ("raised", float(t["w"][0]), str(e)[:60])
 
 
+@pytest.mark.slow
 def test_dead_receiver_raises_and_leaves_old_or_new_values():
     res = run_ranks(case_dead, 4, expect=3, timeout=200)
     assert res[0] == "SyncError rank 2", res                 # the source names the dead rank
