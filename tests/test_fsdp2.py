@@ -1,7 +1,8 @@
 """FSDP2 (torch's ``fully_shard``) with zipccl's all-gather and reduce-scatter (collectives.fsdp), on real
 gloo ranks: after SGD steps the parameters are bit-identical to plain FSDP2's on 2 ranks (a sum of two
 does not depend on the order), and on 4 ranks compressed and uncompressed zipccl agree bit for bit
-(gloo's reduce-scatter sums in its own order, so plain FSDP2 there differs by rounding only)."""
+(gloo's reduce-scatter sums in its own order, so plain FSDP2 there differs by rounding only).  Both in
+CI's slow step (FSDP2 setup costs seconds per model)."""
 import numpy as np
 import pytest
 
@@ -53,6 +54,7 @@ def _check(res, ws, want_plain):
                 assert _same(got[(dtype, "zipccl")], got[(dtype, "plain")]), (r, dtype)
 
 
+@pytest.mark.slow
 def test_fsdp2_custom_comms_two_ranks_match_plain_fsdp2():
     _check(run_ranks(case_fsdp2, 2), 2, want_plain=True)
 
