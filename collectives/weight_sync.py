@@ -95,8 +95,8 @@ class _Group:
         self.coded = str(dtype).removeprefix("torch.") in SUPPORTED
         self.members = members                   # (tensor index, offset, numel)
         self.numel = sum(n for _, _, n in members)
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        per = max(1, piece_bytes // itemsize)
+        self.itemsize = torch.empty(0, dtype=dtype).element_size()
+        per = max(1, piece_bytes // self.itemsize)
         self.pieces, start = [], 0               # start: of the bundle of small tensors being filled
         for _, off, n in members:
             if 2 * n >= per:
@@ -204,10 +204,13 @@ class WeightSync:
         coded_s = max(raw / ratio / self._link.beta, raw / (enc * cores), raw / (dec * cores))
         return coded_s < raw / self._link.beta
 
-    def _digest(self, flats) -> int:
+    @staticmethod
+    def _digest(tensors) -> int:
+        """CRC32C of the tensors' bytes in turn: the flats of the groups, or the members of every group in
+        order (the same bytes)."""
         d = 0
-        for f in flats:
-            d = crc32c(f.view(torch.uint8).numpy(), d)
+        for t in tensors:
+            d = crc32c(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy(), d)
         return d & _MASK63
 
     # -- the delta coding of one piece (a benchmark may substitute another) -----------------------
@@ -381,7 +384,7 @@ class WeightSync:
                 for a, b in g.pieces:
                     dist.recv(hdr, prv, group=self.group)
                     kind, n = int(hdr[0]), int(hdr[1])
-                    raw = (b - a) * torch.empty(0, dtype=g.dtype).element_size()
+                    raw = (b - a) * g.itemsize
                     limit = framing.frame_limit(torch.empty(b - a, dtype=g.dtype, device="meta"), True) \
                         if g.coded else raw
                     if kind not in (FULL, DELTA, RAW) or not 0 <= n <= max(limit, raw + (1 << 16)):
@@ -493,12 +496,7 @@ class WeightSync:
         return e
 
     def _digest_tensors(self) -> int:
-        d = 0
-        for g in self.groups:
-            for i, _, _ in g.members:
-                t = self.tensors[i].detach()
-                d = crc32c(t.cpu().contiguous().view(-1).view(torch.uint8).numpy(), d)
-        return d & _MASK63
+        return self._digest(self.tensors[i] for g in self.groups for i, _, _ in g.members)
 
     def _forward(self, hdr, payload, dst, lease=None) -> None:
         try:
