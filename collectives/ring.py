@@ -5,8 +5,11 @@ Every shard is cut into slices of about ``slice_bytes`` (default: :func:`slice_s
 sends to ``r+1`` and receives from ``r-1``; messages go in a fixed order (reduce-scatter step 0 slice 0, 1, …, then step 1, …,
 then the all-gather steps).  Three things run at once on each rank:
 
-* a sender thread takes the payloads in wire order, each as soon as it exists;
-* the calling thread receives in wire order and hands each slice to a single decode thread;
+* a sender thread takes the payloads in wire order, each as soon as it exists, with the next
+  ones posted while the oldest is still on the wire;
+* the calling thread receives in wire order, keeping the next receives posted ahead (a compressed
+  frame carries its length, so it lands in a buffer of the frame bound), and hands each slice to
+  a single decode thread;
 * a single encode thread re-encodes a reduced slice as soon as its decode-and-add is done.
 
 So slice ``k`` of step ``s+1`` leaves while slice ``k+1`` of step ``s`` is still arriving.  The
@@ -14,9 +17,15 @@ reduction of every element is ``incoming + own`` in the same order as the unpipe
 (shard ``j`` summed from rank ``j+1`` onward), and slicing does not change an element-wise add, so
 results are bit-identical whether compressed or not and whatever the slice size.  In the
 all-gather the reduced shard is encoded once and the other ranks forward its bytes unchanged.
+
+Receives posted ahead matter: gloo writes a message only once the receiver has asked for it, so a
+receive posted after the previous message completed costs a round trip of idle wire per slice
+(measured at 1 Gbit/s: the link ran at ~90 % with one size message and one blocking receive per
+slice, 119 MB/s of 119 with receives posted ahead).
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,6 +35,9 @@ import torch.distributed as dist
 
 RING_SLICE_BYTES = int(os.environ.get("ZIPCCL_RING_SLICE_BYTES", 0))   # 0: adaptive (slice_size)
 MAX_SLICES = 256
+PREFIX = 8             # a compressed frame's length, before its stream
+RECV_AHEAD = 4         # receives kept posted ahead of the one being waited for
+SEND_AHEAD = 2         # sends in flight before the sender waits for the oldest
 
 
 def slice_size(shard_bytes: int) -> int:
@@ -106,7 +118,7 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
     Returns the list of shards: with ``gather`` all of them final, otherwise only this rank's.
     ``encode(t, out) -> uint8 tensor``, ``decode_into(buf, out)`` are the framing functions;
     ``frame_limit(t)``: the most bytes ``encode`` can write for ``t``, which it then writes into
-    ``out``, a pooled buffer of that size; each frame is preceded by its size.  None: uncompressed
+    ``out``, a pooled buffer of that size; each frame carries its length ahead of it.  None: uncompressed
     frames, ``t``'s own bytes (``out`` is None), whose size the receiver knows.
     ``into``: per shard, a flat contiguous tensor of its size where its result is written as it
     is decoded (no copy afterwards), or None (a fresh one); returned in place of the shards.
@@ -139,25 +151,34 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
 
     def framed(t, lease=None):
         """(frame of ``t``, the lease the sender ends once it is sent, or None); ``lease``: of ``t``'s
-        buffer, done once ``t`` is coded (uncompressed, the frame is ``t``'s memory: the sender's)."""
+        buffer, done once ``t`` is coded (uncompressed, the frame is ``t``'s memory: the sender's).
+        A compressed frame is its length (8 bytes) then the stream, so that the receiver can post its
+        receive ahead into a buffer of the frame bound, before the length is known."""
         if frame_limit is None:
             return encode(t, None), lease
         try:
-            out = _Lease(POOL.take(frame_limit(t)))
-            return encode(t, out.buf), out
+            out = _Lease(POOL.take(PREFIX + frame_limit(t)))
+            n = encode(t, out.buf[PREFIX:]).numel()
+            out.buf[:PREFIX].view(torch.int64)[0] = n
+            return out.buf[:PREFIX + n], out
         finally:
             if lease is not None:
                 lease.done()
 
     def sender():
+        inflight = collections.deque()
         try:
-            n = torch.empty(1, dtype=torch.int64)
             for key in order:
                 payload, lease = slots[key].result()
-                if frame_limit is not None:               # uncompressed frames: the receiver knows the size
-                    n[0] = payload.numel()
-                    dist.send(n, nxt, group=group)
-                dist.send(payload, nxt, group=group)
+                inflight.append((dist.isend(payload, nxt, group=group), lease))
+                while len(inflight) > SEND_AHEAD:
+                    w, lease = inflight.popleft()
+                    w.wait()
+                    if lease is not None:
+                        lease.done()
+            while inflight:
+                w, lease = inflight.popleft()
+                w.wait()
                 if lease is not None:
                     lease.done()
         except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
@@ -169,49 +190,63 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
     th = threading.Thread(target=sender, name="zipccl-ring-send", daemon=True)
     th.start()
     pending = []
-    try:
-        n = torch.empty(1, dtype=torch.int64)
-        for ph, s, j in plan_recv:
-            for k, own in enumerate(sl[j]):
-                size = own.numel() * own.element_size()
-                if frame_limit is not None:
-                    dist.recv(n, prv, group=group)
-                    size, limit = int(n), frame_limit(own)
-                    if not 0 <= size <= limit:
-                        raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
-                forwarded = ph == "ag" and s + 1 < steps
-                got = _Lease(POOL.take(size), 2 if forwarded else 1)
-                buf = got.buf[:size]
-                dist.recv(buf, prv, group=group)
-                if ph == "rs":
-                    last = s + 1 == steps
-                    users = (1 + gather) if last else 1   # next hop's encode; or keep, and the gather's
+    # every message this rank receives, in wire order; RECV_AHEAD receives are kept posted, each into a
+    # pooled buffer of the frame bound, so the sender never waits for this rank to ask for the next one
+    msgs = [(ph, s, j, k, own) for ph, s, j in plan_recv for k, own in enumerate(sl[j])]
+    posted = collections.deque()
 
-                    def reduce_slice(buf=buf, got=got, own=own, users=users):
-                        total = _Lease(POOL.take(own.numel() * own.element_size()), users)
-                        incoming = total.buf[:own.numel() * own.element_size()].view(own.dtype)
-                        decode_into(buf, incoming)
-                        got.done()
-                        return incoming.add_(own), total  # incoming + own, as the unpipelined ring adds
-                    f = dec_pool.submit(reduce_slice)
-                    pending.append(f)
-                    if not last:
-                        _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("rs", s + 1, k)])
-                    else:                                 # shard r is complete: it is the result
-                        def keep(f, j=j, k=k):
-                            t, lease = f.result()
-                            dst[j][k].copy_(t)
-                            lease.done()
-                        pending.append(dec_pool.submit(keep, f))
-                        if gather:
-                            _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])
-                else:
-                    def decode_slice(buf=buf, got=got, out=dst[j][k]):
-                        decode_into(buf, out)
-                        got.done()
-                    pending.append(dec_pool.submit(decode_slice))
-                    if forwarded:
-                        slots[("ag", s + 1, k)].set_result((buf, got))   # forward the bytes as they came
+    def post(i):
+        ph, s, j, k, own = msgs[i]
+        raw = own.numel() * own.element_size()
+        cap = raw if frame_limit is None else PREFIX + frame_limit(own)
+        got = _Lease(POOL.take(cap), 2 if ph == "ag" and s + 1 < steps else 1)
+        posted.append((dist.irecv(got.buf[:cap], prv, group=group), got))
+
+    try:
+        for i in range(min(RECV_AHEAD, len(msgs))):
+            post(i)
+        for i, (ph, s, j, k, own) in enumerate(msgs):
+            req, got = posted.popleft()
+            if i + RECV_AHEAD < len(msgs):
+                post(i + RECV_AHEAD)
+            req.wait()
+            if frame_limit is None:
+                frame = buf = got.buf[:own.numel() * own.element_size()]
+            else:
+                size, limit = int(got.buf[:PREFIX].view(torch.int64)[0]), frame_limit(own)
+                if not 0 <= size <= limit:
+                    raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
+                frame, buf = got.buf[:PREFIX + size], got.buf[PREFIX:PREFIX + size]
+            forwarded = ph == "ag" and s + 1 < steps
+            if ph == "rs":
+                last = s + 1 == steps
+                users = (1 + gather) if last else 1       # next hop's encode; or keep, and the gather's
+
+                def reduce_slice(buf=buf, got=got, own=own, users=users):
+                    total = _Lease(POOL.take(own.numel() * own.element_size()), users)
+                    incoming = total.buf[:own.numel() * own.element_size()].view(own.dtype)
+                    decode_into(buf, incoming)
+                    got.done()
+                    return incoming.add_(own), total      # incoming + own, as the unpipelined ring adds
+                f = dec_pool.submit(reduce_slice)
+                pending.append(f)
+                if not last:
+                    _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("rs", s + 1, k)])
+                else:                                     # shard r is complete: it is the result
+                    def keep(f, j=j, k=k):
+                        t, lease = f.result()
+                        dst[j][k].copy_(t)
+                        lease.done()
+                    pending.append(dec_pool.submit(keep, f))
+                    if gather:
+                        _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])
+            else:
+                def decode_slice(buf=buf, got=got, out=dst[j][k]):
+                    decode_into(buf, out)
+                    got.done()
+                pending.append(dec_pool.submit(decode_slice))
+                if forwarded:
+                    slots[("ag", s + 1, k)].set_result((frame, got))   # forward the bytes as they came
             if failure:
                 raise failure[0]
         for f in pending:
