@@ -9,7 +9,7 @@ from . import backends
 from . import format as fmt
 from .codebook import PHASES, ZERO_LEVELS, codebook_params
 from .format import FormatError
-from .layouts import FloatLayout, as_words, is_torch, layout_for
+from .layouts import FloatLayout, as_words, host_array, is_torch, layout_for
 from .model import SHAPES
 
 DEFAULT_CHUNK_SIZE = 1 << 16   # values per chunk: ~0.2% overhead (32 rANS states + 25 B) on bf16 Gaussians
@@ -115,7 +115,7 @@ def _host_stream(buf):
 
         if buf.dtype != torch.uint8 or buf.dim() != 1:
             raise ValueError(f"a stream in a tensor must be a 1-D uint8 tensor, got {buf.dtype} {tuple(buf.shape)}")
-        return buf.detach().contiguous().numpy()
+        return host_array(buf.detach().contiguous())
     return buf
 
 
@@ -186,7 +186,7 @@ def _input_memory(x) -> np.ndarray:
         t = x.detach()
         if t.device.type != "cpu":
             return np.empty(0, np.uint8)
-        return t.view(layout_for(t.dtype).torch_view_ints).numpy()
+        return host_array(t.view(layout_for(t.dtype).torch_view_ints))
     return np.asarray(x)
 
 
@@ -197,7 +197,7 @@ def _out_bytes(out):
 
         if out.device.type != "cpu" or not out.is_contiguous() or out.dtype != torch.uint8:
             raise ValueError("out must be a contiguous CPU uint8 tensor")
-        return out.detach().view(-1).numpy(), lambda n: out.view(-1)[:n]
+        return host_array(out.detach().view(-1)), lambda n: out.view(-1)[:n]
     if isinstance(out, np.ndarray):
         if out.dtype != np.uint8 or out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable 1-D contiguous uint8 array")
@@ -328,14 +328,7 @@ def _out_words(out):
         if not out.untyped_storage().resizable() and \
                 not _writable_memory(out.data_ptr(), out.numel() * out.element_size()):
             raise ValueError("out is read-only memory (a tensor over a read-only mapping)")
-        ints = out.detach().view(-1).view(lay.torch_view_ints)
-        try:        # a DLPack view leaves the storage resizable (.numpy() would not: every later decode
-            words = np.from_dlpack(ints)        # into it would then read /proc/self/maps above)
-        except (AttributeError, TypeError, BufferError, RuntimeError):
-            words = ints.numpy()
-        if not words.flags.writeable:
-            words = ints.numpy()
-        return words.view(lay.uint), lay
+        return host_array(out.detach().view(-1).view(lay.torch_view_ints)).view(lay.uint), lay
     if not (isinstance(out, np.ndarray) and out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
     if not out.dtype.isnative:

@@ -36,7 +36,7 @@ from reference import delta as ref
 
 from . import _delta_numba as nb
 from .format import FormatError, crc32c
-from .layouts import FloatLayout, as_words, is_torch, layout_by_code, layout_for
+from .layouts import FloatLayout, as_words, host_array, is_torch, layout_by_code, layout_for
 from .records import Record
 
 __all__ = ["encode_delta", "decode_delta", "inspect_delta", "DeltaHeader", "DELTA_HEAD", "DELTA_VERSION"]
@@ -220,7 +220,7 @@ def _writable_words(out, lay: FloatLayout, numel: int) -> np.ndarray:
             raise ValueError("out must be a contiguous CPU tensor")
         if layout_for(out.dtype) is not lay or out.numel() != numel:
             raise ValueError(f"out is {out.dtype} with {out.numel()} values, the delta is for {numel} {lay.name}")
-        return out.detach().view(lay.torch_view_ints).numpy().view(lay.uint).reshape(-1)
+        return host_array(out.detach().view(lay.torch_view_ints)).view(lay.uint).reshape(-1)
     if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be a writable C-contiguous array")
     words, olay, _, _ = as_words(out)

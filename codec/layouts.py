@@ -141,6 +141,20 @@ def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
+def host_array(t) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory that leaves its storage resizable.  ``Tensor.numpy()``
+    marks the storage not resizable for good, and a decode into such a tensor must then check the
+    memory's permissions (``codec.api._writable_memory``: a read of /proc/self/maps, ~1 ms in a process
+    with torch loaded): a buffer reused for frames and for decoded values (a collective's pool) paid
+    it on every decode.  DLPack views do not mark the storage (older NumPy makes them read-only:
+    then the plain view)."""
+    try:
+        a = np.from_dlpack(t)
+    except (AttributeError, TypeError, BufferError, RuntimeError):
+        return t.numpy()
+    return a if a.flags.writeable else t.numpy()
+
+
 def as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
     """``(words, layout, shape, from_torch)``: a 1-D little-endian unsigned view (or copy) of the
     words of ``x`` (a NumPy array, anything ``np.asarray`` takes, or a torch tensor, copied to the CPU
@@ -150,7 +164,7 @@ def as_words(x) -> tuple[np.ndarray, FloatLayout, tuple[int, ...], bool]:
         t = x.detach()
         if t.device.type != "cpu":
             t = t.cpu()
-        a = t.contiguous().view(lay.torch_view_ints).numpy().view(lay.uint)
+        a = host_array(t.contiguous().view(lay.torch_view_ints)).view(lay.uint)
         return a.reshape(-1), lay, tuple(x.shape), True
     a = np.asarray(x)
     lay = layout_for(a.dtype)

@@ -187,7 +187,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                 if outs[frm].numel():
                     pending.append(dec.submit(framing.decode_into, buf, outs[frm], compress, checksum))
                 elif buf.numel() and compress:
-                    pending.append(dec.submit(codec.decode, buf.numpy()))     # still validate what arrived
+                    pending.append(dec.submit(codec.decode, buf))     # still validate what arrived
             for q in sends:
                 q.wait()
             for f in pending:

@@ -7,6 +7,7 @@ import torch
 
 import codec
 from codec import format as fmt
+from codec.layouts import host_array
 from codec.layouts import layout_for
 from codec.planes import join_low, split_low
 
@@ -49,7 +50,7 @@ def decode_into(buf: torch.Tensor, out: torch.Tensor, compress: bool, checksum: 
             raise ValueError(f"a peer sent {buf.numel()} bytes for a tensor of {out.numel() * out.element_size()}")
         out.view(-1).copy_(buf.view(out.dtype))
         return out
-    stream = buf.numpy()
+    stream = host_array(buf)
     check_frame(stream, out, checksum)
     if out.is_contiguous():
         codec.decode(stream, out=out.detach())
@@ -68,7 +69,7 @@ def frame_limit(t: torch.Tensor, compress: bool) -> int:
 def as_numpy(t: torch.Tensor):
     """A NumPy view of a CPU tensor with the matching NumPy/ml_dtypes float dtype."""
     lay = layout_for(t.dtype)
-    return t.view(lay.torch_view_ints).numpy().view(lay.numpy_dtype)
+    return host_array(t.view(lay.torch_view_ints)).view(lay.numpy_dtype)
 
 
 def split_encode(part: torch.Tensor):
@@ -87,6 +88,6 @@ def encode_head(head, checksum: bool) -> torch.Tensor:
 
 def join_into(low: torch.Tensor, payload: torch.Tensor, out: torch.Tensor, checksum: bool) -> None:
     """Decode a split slice (its low-bit plane and its head's frame, checked first) into ``out``."""
-    stream = payload.numpy()
+    stream = host_array(payload)
     check_frame(stream, out, checksum)
-    as_numpy(out.view(-1))[:] = join_low(codec.decode(stream), low.numpy()).reshape(-1)
+    as_numpy(out.view(-1))[:] = join_low(codec.decode(stream), host_array(low)).reshape(-1)

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 import codec
+from codec.layouts import host_array
 from codec.delta import decode_delta, encode_delta, inspect_delta
 from codec.format import crc32c
 from codec.layouts import SUPPORTED
@@ -210,7 +211,7 @@ class WeightSync:
         order (the same bytes)."""
         d = 0
         for t in tensors:
-            d = crc32c(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy(), d)
+            d = crc32c(host_array(t.detach().cpu().contiguous().view(-1).view(torch.uint8)), d)
         return d & _MASK63
 
     # -- the delta coding of one piece (a benchmark may substitute another) -----------------------
@@ -223,7 +224,7 @@ class WeightSync:
     def apply_delta_piece(self, frame: torch.Tensor, out: torch.Tensor) -> int:
         """Apply a frame of :meth:`encode_delta_piece` to ``out`` (holding the base) in place; the
         number of values that changed.  Raises :class:`codec.FormatError` with ``out`` untouched."""
-        stream = frame.numpy()
+        stream = host_array(frame)
         h = inspect_delta(stream)
         if self.checksum and not h.checksum:
             raise codec.FormatError("the source sent a delta without checksum although checksum=True here")
