@@ -43,14 +43,20 @@ def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
     return torch.from_numpy(np.roll(flat, rank * 7919).copy()).to(torch.bfloat16)
 
 
-def _timed(fn, reps):
-    best = float("inf")
-    for _ in range(reps):
-        dist.barrier()
-        t = time.perf_counter()
+def _timed(fns: dict, reps: int) -> dict:
+    """Best time of each of ``fns`` over ``reps`` rounds, after one untimed call of each (first calls
+    fault in buffer pools and load kernels); the rounds interleave the candidates, so that a slow
+    moment of the shared machine falls on all of them alike."""
+    for fn in fns.values():
         fn()
-        dist.barrier()
-        best = min(best, time.perf_counter() - t)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for name, fn in fns.items():
+            dist.barrier()
+            t = time.perf_counter()
+            fn()
+            dist.barrier()
+            best[name] = min(best[name], time.perf_counter() - t)
     return best
 
 
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
     from collectives import strategy
 
     link = strategy.calibrate()                  # alpha/beta of this cluster, cached for compress="auto"
-    strategy.codec_throughput()
+    enc, dec = strategy.codec_throughput()
     rows = []
     for op in a.ops.split(","):
         if op == "p2p":
@@ -90,11 +96,11 @@ def main(argv=None) -> int:
                     else:
                         collectives.recv(y, 0, compress=mode)
                 return f
-            t_torch = _timed(p2p("torch"), a.reps)
-            t_plain = _timed(p2p(False), a.reps)
+            t = _timed({"torch": p2p("torch"), "plain": p2p(False)}, a.reps)
+            t_torch, t_plain = t["torch"], t["plain"]
             for name, split in (("send/recv split-send", True), ("send/recv pipelined, whole slices", False)):
                 y.zero_()
-                t_zip = _timed(p2p(True, split), a.reps)
+                t_zip = _timed({"zip": p2p(True, split)}, a.reps)["zip"]
                 flag = torch.tensor([int(rank == 0 or torch.equal(y.view(torch.int16),
                                                                    _data(numel, 0, a.data).view(torch.int16)))])
                 dist.all_reduce(flag, op=dist.ReduceOp.MIN)          # the receiver's check, known to rank 0
@@ -128,9 +134,8 @@ def main(argv=None) -> int:
                     collectives.all_to_all_single(o, inp, recv, send, compress=compress)
                     outs[compress] = o
                 return f
-            t_torch = _timed(torch_op, a.reps)
-            t_plain = _timed(ours(False), a.reps)
-            t_zip = _timed(ours(True), a.reps)
+            t = _timed({"torch": torch_op, "plain": ours(False), "zip": ours(True)}, a.reps)
+            t_torch, t_plain, t_zip = t["torch"], t["plain"], t["zip"]
             same = torch.equal(outs[True].view(torch.int16), outs[False].view(torch.int16))
             rows.append({"op": "all_to_all (MoE, uneven)", "data": a.data, "MiB": a.size_mib, "ranks": ws,
                          "ratio": ratio, "torch_gloo_s": t_torch, "zipccl_uncompressed_s": t_plain,
@@ -163,18 +168,19 @@ def main(argv=None) -> int:
                     collectives.all_gather(g, x, compress=compress)
                     outs[compress] = g                      # compared after timing
                 return f
-        t_torch = _timed(torch_op, a.reps)
-        t_plain = _timed(ours(False), a.reps)
-        t_zip = _timed(ours(True), a.reps)
-        t_auto = _timed(ours("auto"), a.reps)
+        t = _timed({"torch": torch_op, "plain": ours(False), "zip": ours(True), "auto": ours("auto")}, a.reps)
+        t_torch, t_plain, t_zip, t_auto = t["torch"], t["plain"], t["zip"], t["auto"]
         d = collectives.last_decision
+        # the compressed ring's lower bound: max(wire time of its coded bytes, codec CPU seconds of this
+        # rank on its share of the host's cores), from the calibrated link and the idle-core codec speed
+        bound = strategy.ring_bound(op, x.numel() * x.element_size(), ws, link, ratio, enc, dec)
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))
         rows.append({"op": op, "data": a.data, "MiB": a.size_mib, "ranks": ws, "ratio": ratio, "torch_gloo_s": t_torch,
                      "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                      "speedup_vs_torch": t_torch / t_zip, "auto_s": t_auto, "auto_choice": d.choice,
-                     "auto_vs_best": t_auto / min(t_torch, t_plain, t_zip),
-                     "link_MBps": link.beta / 1e6, "bit_identical": bool(same)})
+                     "auto_vs_best": t_auto / min(t_torch, t_plain, t_zip), "bound_s": bound,
+                     "compressed_vs_bound": t_zip / bound, "link_MBps": link.beta / 1e6, "bit_identical": bool(same)})
     if rank == 0:
         print(json.dumps(rows))
     dist.destroy_process_group()
