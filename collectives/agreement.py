@@ -1,5 +1,7 @@
 """The agreement check: before any data moves, all ranks exchange a small description of their tensor
-(dimensions, dtype code, shape) and a call whose ranks disagree raises an error naming them."""
+(dimensions, dtype code, shape) and a call whose ranks disagree raises an error naming them.  The same
+exchange carries rank 0's choice for ``compress="auto"`` (:mod:`collectives.auto`), so an automatic
+call costs one small collective before its data, not two."""
 from __future__ import annotations
 
 import torch
@@ -23,17 +25,22 @@ def describe(t: torch.Tensor) -> torch.Tensor:
     return d
 
 
-def check_agree(t: torch.Tensor, group, what: str) -> None:
-    """All ranks must pass tensors of the same shape and dtype."""
+def supported(t: torch.Tensor) -> bool:
+    return t.dtype in DTYPES
+
+
+def check_agree(t: torch.Tensor, group, what: str, announce: int = -1) -> int:
+    """All ranks must pass tensors of the same shape and dtype.  Returns rank 0's ``announce``."""
     ws = dist.get_world_size(group)
-    mine = describe(t)
-    if mine[1] == -2:
+    if not supported(t):
         raise TypeError(f"{what}: unsupported dtype {t.dtype}; supported: {', '.join(map(str, DTYPES))}")
+    mine = torch.cat([describe(t), torch.tensor([announce], dtype=torch.int64)])
     all_ = [torch.empty_like(mine) for _ in range(ws)]
     dist.all_gather(all_, mine, group=group)
-    bad = [r for r in range(ws) if not torch.equal(all_[r], all_[0])]
+    bad = [r for r in range(ws) if not torch.equal(all_[r][:-1], all_[0][:-1])]
     if bad:
         def fmt(d):
             return f"{DTYPES[int(d[1])] if d[1] >= 0 else '?'}{tuple(int(x) for x in d[2:2 + int(d[0])])}"
         raise ValueError(f"{what}: ranks disagree on shape/dtype: rank 0 has {fmt(all_[0])}, "
                          + ", ".join(f"rank {r} has {fmt(all_[r])}" for r in bad))
+    return int(all_[0][-1])

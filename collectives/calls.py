@@ -22,15 +22,16 @@ def all_gather(tensor_list, tensor, group=None, async_op=False, *, compress=True
     """``tensor_list[r]`` = rank r's ``tensor``.  ``compress="auto"``: let the cost model decide."""
     def op():
         nonlocal compress
-        check_agree(tensor, group, "all_gather")
         ws = dist.get_world_size(group)
         if compress == "auto":
-            compress, how = auto.choose("all_gather", tensor, group)
+            compress, how = auto.agree_and_choose("all_gather", tensor, group)
             # uncompressed, the pipelined ring beats gloo's own all_gather on every link measured
             # (bench/results/collectives.md), so only small tensors go to torch's
             if how == "native" and not (ws > 1 and tensor.numel() >= RING_MIN_NUMEL):
                 dist.all_gather(tensor_list, tensor, group=group)
                 return
+        else:
+            check_agree(tensor, group, "all_gather")
         if ws > 1 and tensor.numel() >= RING_MIN_NUMEL:          # pipelined ring, compressed bytes forwarded
             flat = tensor.detach().contiguous().view(-1)
             into = [_destination(out, flat) for out in tensor_list]
@@ -114,12 +115,13 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
 
     def run():
         nonlocal compress, algorithm
-        check_agree(tensor, group, "all_reduce")
         ws = dist.get_world_size(group)
+        if compress == "auto":
+            compress, algorithm = auto.agree_and_choose("all_reduce", tensor, group, while_computing)
+        else:
+            check_agree(tensor, group, "all_reduce")
         if ws == 1:
             return
-        if compress == "auto":
-            compress, algorithm = auto.choose("all_reduce", tensor, group, while_computing)
         algo = algorithm if algorithm != "auto" else ("gather" if tensor.numel() < RING_MIN_NUMEL else "ring")
         if algo == "native":
             if compress:
