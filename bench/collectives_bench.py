@@ -46,18 +46,44 @@ def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
 def _timed(fns: dict, reps: int) -> dict:
     """Best time of each of ``fns`` over ``reps`` rounds, after one untimed call of each (first calls
     fault in buffer pools and load kernels); the rounds interleave the candidates, so that a slow
-    moment of the shared machine falls on all of them alike."""
-    for fn in fns.values():
+    moment of the shared machine falls on all of them alike.  A candidate may be ``(prepare, run)``:
+    ``prepare`` (resetting an in-place operand) runs before the clock starts."""
+    fns = {k: f if isinstance(f, tuple) else (lambda: None, f) for k, f in fns.items()}
+    for prepare, fn in fns.values():
+        prepare()
         fn()
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(reps):
-        for name, fn in fns.items():
+        for name, (prepare, fn) in fns.items():
+            prepare()
             dist.barrier()
             t = time.perf_counter()
             fn()
             dist.barrier()
             best[name] = min(best[name], time.perf_counter() - t)
     return best
+
+
+def _codec_speed(x: torch.Tensor, reps: int = 3) -> tuple[float, float]:
+    """(encode, decode) bytes per second of ``x`` on one thread, the fastest of ``reps`` (ranks measure at
+    the same moment on shared cores)."""
+    import codec
+
+    threads = codec.get_num_threads()
+    codec.set_num_threads(1)
+    te = td = float("inf")
+    try:
+        out = torch.empty_like(x)
+        for _ in range(reps):
+            t = time.perf_counter()
+            blob = codec.encode(x)
+            te = min(te, time.perf_counter() - t)
+            t = time.perf_counter()
+            codec.decode(blob, out=out)
+            td = min(td, time.perf_counter() - t)
+    finally:
+        codec.set_num_threads(threads)
+    return x.numel() * x.element_size() / te, x.numel() * x.element_size() / td
 
 
 def main(argv=None) -> int:
@@ -79,7 +105,8 @@ def main(argv=None) -> int:
     from collectives import strategy
 
     link = strategy.calibrate()                  # alpha/beta of this cluster, cached for compress="auto"
-    enc, dec = strategy.codec_throughput()
+    strategy.codec_throughput()
+    own_speed = _codec_speed(x)
     rows = []
     for op in a.ops.split(","):
         if op == "p2p":
@@ -146,41 +173,55 @@ def main(argv=None) -> int:
         if op == "all_reduce":
             outs = {}
 
-            def torch_op():
-                t = x.clone()
-                dist.all_reduce(t)
+            # in place, each mode on a buffer of its own reset to x before the clock starts (a clone in
+            # the timed region faulted 32-64 MiB of fresh pages into every candidate's time)
+            bufs = {m: torch.empty_like(x) for m in ("torch", False, True, "auto")}
+
+            def reset(m):
+                return lambda: bufs[m].copy_(x)
+            torch_op = (reset("torch"), lambda: dist.all_reduce(bufs["torch"]))
 
             def ours(compress):
                 def f():
-                    t = x.clone()
-                    collectives.all_reduce(t, algorithm="ring" if compress != "auto" else "auto", compress=compress)
-                    outs[compress] = t
-                return f
+                    collectives.all_reduce(bufs[compress], algorithm="ring" if compress != "auto" else "auto",
+                                           compress=compress)
+                    outs[compress] = bufs[compress]
+                return reset(compress), f
         else:
             outs = {}
 
+            # outputs allocated once per mode, as FSDP and DDP keep theirs
+            gathered = {m: [torch.empty_like(x) for _ in range(ws)] for m in ("torch", False, True, "auto")}
+
             def torch_op():
-                dist.all_gather([torch.empty_like(x) for _ in range(ws)], x)
+                dist.all_gather(gathered["torch"], x)
 
             def ours(compress):
                 def f():
-                    g = [torch.empty_like(x) for _ in range(ws)]
-                    collectives.all_gather(g, x, compress=compress)
-                    outs[compress] = g                      # compared after timing
+                    collectives.all_gather(gathered[compress], x, compress=compress)
+                    outs[compress] = gathered[compress]     # compared after timing
                 return f
         t = _timed({"torch": torch_op, "plain": ours(False), "zip": ours(True), "auto": ours("auto")}, a.reps)
         t_torch, t_plain, t_zip, t_auto = t["torch"], t["plain"], t["zip"], t["auto"]
         d = collectives.last_decision
         # the compressed ring's lower bound: max(wire time of its coded bytes, codec CPU seconds of this
-        # rank on its share of the host's cores), from the calibrated link and the idle-core codec speed
-        bound = strategy.ring_bound(op, x.numel() * x.element_size(), ws, link, ratio, enc, dec)
+        # rank on its share of the host's cores), from the calibrated link, the ratio its frames actually
+        # got (partial sums code worse than the inputs) and the codec's speed on this data, one idle core
+        cand = ours(True)
+        prepare, fn = cand if isinstance(cand, tuple) else (lambda: None, cand)
+        prepare()
+        raw0, framed0 = collectives.traffic.snapshot()
+        fn()
+        raw1, framed1 = collectives.traffic.snapshot()
+        frame_ratio = (raw1 - raw0) / max(framed1 - framed0, 1)
+        bound = strategy.ring_bound(op, x.numel() * x.element_size(), ws, link, frame_ratio, *own_speed)
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))
         rows.append({"op": op, "data": a.data, "MiB": a.size_mib, "ranks": ws, "ratio": ratio, "torch_gloo_s": t_torch,
                      "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                      "speedup_vs_torch": t_torch / t_zip, "auto_s": t_auto, "auto_choice": d.choice,
                      "auto_vs_best": t_auto / min(t_torch, t_plain, t_zip), "bound_s": bound,
-                     "compressed_vs_bound": t_zip / bound, "link_MBps": link.beta / 1e6, "bit_identical": bool(same)})
+                     "compressed_vs_bound": t_zip / bound, "frame_ratio": frame_ratio, "link_MBps": link.beta / 1e6, "bit_identical": bool(same)})
     if rank == 0:
         print(json.dumps(rows))
     dist.destroy_process_group()
