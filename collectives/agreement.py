@@ -14,14 +14,16 @@ MAX_DIMS = 8
 DTYPES = [lay.torch_dtype for lay in LAYOUTS]
 
 
-def describe(t: torch.Tensor) -> torch.Tensor:
-    """``[ndim, dtype code (-2: unsupported), *shape, -1 padding]``: ``MAX_DIMS + 2`` int64 values."""
+def describe(t: torch.Tensor, announce: int = -1) -> torch.Tensor:
+    """``[ndim, dtype code (-2: unsupported), *shape, -1 padding, announce]``: ``MAX_DIMS + 3`` int64
+    values; the last is not compared (rank 0's ``compress="auto"`` choice travels there)."""
     if t.dim() > MAX_DIMS:
         raise ValueError(f"at most {MAX_DIMS} dimensions are supported")
-    d = torch.full((MAX_DIMS + 2,), -1, dtype=torch.int64)
+    d = torch.full((MAX_DIMS + 3,), -1, dtype=torch.int64)
     d[0] = t.dim()
     d[1] = DTYPES.index(t.dtype) if t.dtype in DTYPES else -2
     d[2:2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
+    d[-1] = announce
     return d
 
 
@@ -34,7 +36,7 @@ def check_agree(t: torch.Tensor, group, what: str, announce: int = -1) -> int:
     ws = dist.get_world_size(group)
     if not supported(t):
         raise TypeError(f"{what}: unsupported dtype {t.dtype}; supported: {', '.join(map(str, DTYPES))}")
-    mine = torch.cat([describe(t), torch.tensor([announce], dtype=torch.int64)])
+    mine = describe(t, announce)
     all_ = [torch.empty_like(mine) for _ in range(ws)]
     dist.all_gather(all_, mine, group=group)
     bad = [r for r in range(ws) if not torch.equal(all_[r][:-1], all_[0][:-1])]

@@ -97,6 +97,14 @@ class _Lease:
             POOL.give(self.buf)
 
 
+def _overlaps(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    """Whether two tensors' memory overlaps."""
+    if a is None or not a.numel() or not b.numel():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
 def _forward(src: Future, dst: Future) -> None:
     def done(f):
         if dst.done():
@@ -191,25 +199,48 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
     th.start()
     pending = []
     # every message this rank receives, in wire order; RECV_AHEAD receives are kept posted, each into a
-    # pooled buffer of the frame bound, so the sender never waits for this rank to ask for the next one
+    # pooled buffer of the frame bound, so the sender never waits for this rank to ask for the next one.
+    # Uncompressed, the all-gather's slices are received straight into their destination (no copy), and
+    # the reduce-scatter adds straight from the received bytes; where a destination is memory the
+    # reduce-scatter still reads (an in-place all-reduce), those receives are posted only once every
+    # addition is done.
     msgs = [(ph, s, j, k, own) for ph, s, j in plan_recv for k, own in enumerate(sl[j])]
     posted = collections.deque()
+    direct = frame_limit is None
+    settled = not (direct and reduce and any(_overlaps(into[j], shards[m]) for j in final for m in range(ws)))
+    next_post = 0
 
     def post(i):
         ph, s, j, k, own = msgs[i]
+        if direct and ph == "ag":
+            posted.append((dist.irecv(dst[j][k].view(torch.uint8), prv, group=group), None))
+            return
         raw = own.numel() * own.element_size()
         cap = raw if frame_limit is None else PREFIX + frame_limit(own)
         got = _Lease(POOL.take(cap), 2 if ph == "ag" and s + 1 < steps else 1)
         posted.append((dist.irecv(got.buf[:cap], prv, group=group), got))
 
+    def top_up(upto):
+        nonlocal next_post
+        while next_post < min(upto, len(msgs)) and (settled or msgs[next_post][0] != "ag"):
+            post(next_post)
+            next_post += 1
+
     try:
-        for i in range(min(RECV_AHEAD, len(msgs))):
-            post(i)
+        top_up(RECV_AHEAD)
         for i, (ph, s, j, k, own) in enumerate(msgs):
+            if not settled and ph == "ag":
+                for f in pending:                         # every read of this rank's own shards is done
+                    f.result()
+                settled = True
+            top_up(i + 1 + RECV_AHEAD)
             req, got = posted.popleft()
-            if i + RECV_AHEAD < len(msgs):
-                post(i + RECV_AHEAD)
             req.wait()
+            forwarded = ph == "ag" and s + 1 < steps
+            if direct and ph == "ag":                     # landed in place: nothing to decode
+                if forwarded:
+                    slots[("ag", s + 1, k)].set_result((dst[j][k].view(torch.uint8), None))
+                continue
             if frame_limit is None:
                 frame = buf = got.buf[:own.numel() * own.element_size()]
             else:
@@ -217,12 +248,17 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
                 if not 0 <= size <= limit:
                     raise ValueError(f"ring: peer announced a {size}-byte slice for {own.numel()} values")
                 frame, buf = got.buf[:PREFIX + size], got.buf[PREFIX:PREFIX + size]
-            forwarded = ph == "ag" and s + 1 < steps
             if ph == "rs":
                 last = s + 1 == steps
                 users = (1 + gather) if last else 1       # next hop's encode; or keep, and the gather's
 
-                def reduce_slice(buf=buf, got=got, own=own, users=users):
+                def reduce_slice(buf=buf, got=got, own=own, users=users, out=dst[j][k] if last and direct else None):
+                    if direct:                            # raw bytes: incoming + own in one pass
+                        total = None if out is not None else _Lease(POOL.take(own.numel() * own.element_size()), users)
+                        target = out if out is not None else total.buf[:own.numel() * own.element_size()].view(own.dtype)
+                        torch.add(buf.view(own.dtype), own, out=target)
+                        got.done()
+                        return target, total
                     total = _Lease(POOL.take(own.numel() * own.element_size()), users)
                     incoming = total.buf[:own.numel() * own.element_size()].view(own.dtype)
                     decode_into(buf, incoming)
@@ -235,8 +271,9 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
                 else:                                     # shard r is complete: it is the result
                     def keep(f, j=j, k=k):
                         t, lease = f.result()
-                        dst[j][k].copy_(t)
-                        lease.done()
+                        if lease is not None:
+                            dst[j][k].copy_(t)
+                            lease.done()
                     pending.append(dec_pool.submit(keep, f))
                     if gather:
                         _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])

@@ -185,8 +185,8 @@ def case_forged_peer(rank, ws):
     for what, _ in FORGED:
         if rank == 0:
             if what == "broadcast_size":
-                dist.all_gather([torch.empty(10, dtype=torch.int64) for _ in range(ws)],
-                                collectives._describe(torch.zeros(1000, dtype=torch.bfloat16)))
+                desc = collectives._describe(torch.zeros(1000, dtype=torch.bfloat16))
+                dist.all_gather([torch.empty_like(desc) for _ in range(ws)], desc)
                 dist.broadcast(torch.tensor([4 << 40], dtype=torch.int64), 0)     # "4 TiB follow"
                 continue
             stream = {"numel": codec.encode(np.zeros(1 << 24, ml_dtypes.bfloat16)),      # 16M values, 3 KB
