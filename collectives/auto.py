@@ -27,5 +27,5 @@ def agree_and_choose(op: str, tensor, group, while_computing: bool = False) -> t
     choice = CHOICES[code]
     last_decision = d if d is not None else strategy.Decision(op, choice)
     if choice == "uncompressed":
-        return False, "native"            # compression does not pay: torch's own collective is fastest
+        return False, "native"            # compression does not pay: uncompressed (the caller picks the algorithm)
     return True, ("gather" if choice == "compressed-gather" else "ring")

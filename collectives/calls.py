@@ -106,9 +106,9 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
                checksum=False, while_computing=False):
     """In-place sum over ranks.  ``algorithm``: "ring", "gather", "auto" (gather below 64K values) or
     "native" (torch's own all_reduce, uncompressed only).  ``compress="auto"``: the cost model of
-    :mod:`collectives.strategy` picks; where compression does not pay it runs "native", whose
-    summation order is gloo's (pass ``compress=False`` for this module's ring order, bit-identical to
-    the compressed ring).  ``while_computing``: with "auto", the call overlaps compute on the same cores
+    :mod:`collectives.strategy` picks; where compression does not pay it runs the uncompressed ring
+    (bit-identical to the compressed one) from 64K values, below that and beside compute "native",
+    whose summation order is gloo's.  ``while_computing``: with "auto", the call overlaps compute on the same cores
     (a DDP hook), so compression is charged the CPU time it takes from that compute."""
     if op != dist.ReduceOp.SUM:
         raise NotImplementedError("only ReduceOp.SUM is supported")
@@ -118,6 +118,12 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
         ws = dist.get_world_size(group)
         if compress == "auto":
             compress, algorithm = auto.agree_and_choose("all_reduce", tensor, group, while_computing)
+            # uncompressed, the pipelined ring is as fast as gloo's own all_reduce on every link measured
+            # (0.98-1.08x, bench/results/collectives.md) and sums in the compressed ring's order, so a
+            # tensor gives the same bits whichever way the cost model goes; beside compute (a DDP hook)
+            # gloo's C++ threads leave the training thread's cores and GIL alone, so there it runs native
+            if algorithm == "native" and not while_computing and tensor.numel() >= RING_MIN_NUMEL:
+                algorithm = "ring"
         else:
             check_agree(tensor, group, "all_reduce")
         if ws == 1:

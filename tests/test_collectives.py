@@ -430,3 +430,56 @@ def test_ring_writes_into_callers_tensors():
         for compress in (True, False):
             assert r[compress][:3] == (True, True, True), (rank, compress)
         assert r[True][3] == r[False][3], rank
+
+
+def case_auto(rank, ws):
+    """compress="auto" under a link that makes compression pay and one that does not (rank 0's cached
+    link decides for all): the choice, and the bits, against the uncompressed ring and torch's own."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    import collectives
+
+    out = {}
+    x = _data(rank, 70_000, torch.bfloat16)
+    small = _data(rank, 1000, torch.float32)
+    for name, (alpha, beta) in (("slow", (1e-4, 1e6)), ("fast", (1e-6, 1e13))):
+        path = Path(tempfile.mkdtemp()) / "link.json"
+        path.write_text(json.dumps({"alpha": alpha, "beta": beta}))
+        os.environ["ZIPCCL_LINK_CACHE"] = str(path)
+        t = x.clone()
+        collectives.all_reduce(t, compress="auto")
+        out[name] = (collectives.last_decision.choice, _bits(t))
+        gl = [torch.empty_like(x) for _ in range(ws)]
+        collectives.all_gather(gl, x, compress="auto")
+        out[name + "-gather"] = (collectives.last_decision.choice, [_bits(g) for g in gl])
+        s = small.clone()
+        collectives.all_reduce(s, compress="auto")
+        out[name + "-small"] = (collectives.last_decision.choice, _bits(s))
+    t = x.clone()
+    collectives.all_reduce(t, compress=False, algorithm="ring")
+    out["ring"] = _bits(t)
+    s = small.clone()
+    dist.all_reduce(s)
+    out["torch-small"] = _bits(s)
+    out["x"] = _bits(x)
+    return out
+
+
+def test_auto_choice_and_bits():
+    """A slow link compresses, a fast one does not; every choice gives the uncompressed ring's bits (small
+    tensors: torch's own all_reduce), the same on every rank, and all_gather is exact.  4 ranks: there
+    gloo's summation order differs from the ring's, so running gloo's for a large tensor would show."""
+    res = _run(case_auto, 4)
+    for rank in range(4):
+        r = res[rank]
+        assert not isinstance(r, str), r
+        assert r["slow"][0].startswith("compressed") and r["fast"][0] == "uncompressed", r
+        assert r["slow-gather"][0] == "compressed-gather" and r["fast-gather"][0] == "uncompressed"
+        assert r["slow"][1] == r["fast"][1] == r["ring"] == res[0]["ring"]
+        assert r["fast-small"][0] == "uncompressed" and r["fast-small"][1] == r["torch-small"]
+        for name in ("slow-gather", "fast-gather"):
+            assert r[name][1] == [res[j]["x"] for j in range(4)]
