@@ -215,7 +215,7 @@ def test_work_future_is_a_torch_future():
         assert res[r] == (True, True, 6.0, 3.0), res
 
 
-@pytest.mark.parametrize("ws", [2, 4])
+@pytest.mark.parametrize("ws", [2, pytest.param(4, marks=pytest.mark.slow)])     # 4 ranks: CI's slow step
 def test_collectives_bit_identical_to_uncompressed(ws):
     res = _run(case_all, ws)
     for rank, r in res.items():
@@ -376,7 +376,7 @@ def case_ring_slices(rank, ws):
     return out
 
 
-@pytest.mark.parametrize("ws", [2, 3])
+@pytest.mark.parametrize("ws", [2, pytest.param(3, marks=pytest.mark.slow)])     # 3 ranks: CI's slow step
 def test_pipelined_ring_slices_are_bit_identical(ws):
     res = run_ranks(case_ring_slices, ws)
     for r in res.values():
