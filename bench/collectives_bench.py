@@ -43,12 +43,17 @@ def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
     return torch.from_numpy(np.roll(flat, rank * 7919).copy()).to(torch.bfloat16)
 
 
+def _prepared(f):
+    """A candidate as ``(prepare, run)`` (a bare callable needs no preparing)."""
+    return f if isinstance(f, tuple) else (lambda: None, f)
+
+
 def _timed(fns: dict, reps: int) -> dict:
     """Best time of each of ``fns`` over ``reps`` rounds, after one untimed call of each (first calls
     fault in buffer pools and load kernels); the rounds interleave the candidates, so that a slow
     moment of the shared machine falls on all of them alike.  A candidate may be ``(prepare, run)``:
     ``prepare`` (resetting an in-place operand) runs before the clock starts."""
-    fns = {k: f if isinstance(f, tuple) else (lambda: None, f) for k, f in fns.items()}
+    fns = {k: _prepared(f) for k, f in fns.items()}
     for prepare, fn in fns.values():
         prepare()
         fn()
@@ -207,8 +212,7 @@ def main(argv=None) -> int:
         # the compressed ring's lower bound: max(wire time of its coded bytes, codec CPU seconds of this
         # rank on its share of the host's cores), from the calibrated link, the ratio its frames actually
         # got (partial sums code worse than the inputs) and the codec's speed on this data, one idle core
-        cand = ours(True)
-        prepare, fn = cand if isinstance(cand, tuple) else (lambda: None, cand)
+        prepare, fn = _prepared(ours(True))
         prepare()
         raw0, framed0 = collectives.traffic.snapshot()
         fn()

@@ -178,20 +178,20 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
 
     def sender():
         inflight = collections.deque()
+
+        def retire_oldest():
+            w, lease = inflight.popleft()
+            w.wait()
+            if lease is not None:
+                lease.done()
         try:
             for key in order:
                 payload, lease = slots[key].result()
                 inflight.append((dist.isend(payload, nxt, group=group), lease))
                 while len(inflight) > SEND_AHEAD:
-                    w, lease = inflight.popleft()
-                    w.wait()
-                    if lease is not None:
-                        lease.done()
+                    retire_oldest()
             while inflight:
-                w, lease = inflight.popleft()
-                w.wait()
-                if lease is not None:
-                    lease.done()
+                retire_oldest()
         except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
             failure.append(e)
 
@@ -256,17 +256,16 @@ def ring(shards: list[torch.Tensor], group, encode, decode_into, *, reduce: bool
                 users = (1 + gather) if last else 1       # next hop's encode; or keep, and the gather's
 
                 def reduce_slice(buf=buf, got=got, own=own, users=users, out=dst[j][k] if last and direct else None):
+                    nbytes = own.numel() * own.element_size()
+                    total = None if out is not None else _Lease(POOL.take(nbytes), users)
+                    target = out if out is not None else total.buf[:nbytes].view(own.dtype)
                     if direct:                            # raw bytes: incoming + own in one pass
-                        total = None if out is not None else _Lease(POOL.take(own.numel() * own.element_size()), users)
-                        target = out if out is not None else total.buf[:own.numel() * own.element_size()].view(own.dtype)
                         torch.add(buf.view(own.dtype), own, out=target)
-                        got.done()
-                        return target, total
-                    total = _Lease(POOL.take(own.numel() * own.element_size()), users)
-                    incoming = total.buf[:own.numel() * own.element_size()].view(own.dtype)
-                    decode_into(buf, incoming)
+                    else:                                 # incoming + own, as the unpipelined ring adds
+                        decode_into(buf, target)
+                        target.add_(own)
                     got.done()
-                    return incoming.add_(own), total      # incoming + own, as the unpipelined ring adds
+                    return target, total
                 f = dec_pool.submit(reduce_slice)
                 pending.append(f)
                 if not last:
