@@ -46,6 +46,7 @@ _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_N
                                    "n_words"))
 _N_ZL = len(ZERO_LEVELS)
 _ZB_MODES = ZERO_BLOCK_MODES
+assert min(_ZB_MODES) >= 4, "_encode_chunk builds every zero-block mode's blocks from 16-value blocks"
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
 _plane_width = njit(cache=True, inline="always")(plane_width)     # codec.format's, compiled
 _MASK = (1 << PROB_BITS) - 1
@@ -659,6 +660,45 @@ def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs,
 
 
 @njit(cache=True)
+def _nonzero_blocks16(w, n):
+    """Per 16-value block of ``w[:n]`` (the last one partial), 1 where it holds a non-zero word: the
+    zero-block modes' blocks are unions of these (every mode's block is 16 << j values)."""
+    nb = (n + 15) >> 4
+    out = np.empty(nb, np.uint8)
+    for b in range(n >> 4):
+        acc = w[16 * b]
+        for i in range(1, 16):
+            acc |= w[16 * b + i]
+        out[b] = acc != 0
+    if nb > n >> 4:
+        acc = w[16 * (nb - 1)]
+        for i in range(16 * (nb - 1) + 1, n):
+            acc |= w[i]
+        out[nb - 1] = acc != 0
+    return out
+
+
+@njit(cache=True)
+def _zero_blocks(nzb, n, mode, bitmap):
+    """How many of the ``n`` values lie in all-zero blocks of ``1 << mode`` values (``nzb``: from
+    :func:`_nonzero_blocks16`); their bits are set in ``bitmap`` unless it is None."""
+    bs = 1 << mode
+    per = bs >> 4
+    skipped = 0
+    for blk in range((n + bs - 1) // bs):
+        allzero = True
+        for b in range(blk * per, min(len(nzb), blk * per + per)):
+            if nzb[b]:
+                allzero = False
+                break
+        if allzero:
+            skipped += min(n, blk * bs + bs) - blk * bs
+            if bitmap is not None:
+                bitmap[blk >> 3] |= 1 << (blk & 7)
+    return skipped
+
+
+@njit(cache=True)
 def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, best, ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
     The plain coded payload is written straight into the slot when it fits; zero-block
@@ -682,43 +722,46 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
     best_size = _code_values(w, n, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
                              zero_thresholds, 0, nobits, 0, best, sym, wbuf, n_zero, ahead)
-    for mode in _ZB_MODES:
-        if 32 * n_zero[0] < n:           # zero blocks could not skip 1/32 of the chunk
-            break
-        bs = 1 << mode
-        nb = (n + bs - 1) // bs
-        bitmap = np.zeros((nb + 7) // 8, np.uint8)
-        skipped = 0
-        skipped_samples = 0                  # the fit's sampled positions in skipped blocks
-        for blk in range(nb):
-            lo = blk * bs
-            hi = min(n, lo + bs)
-            allzero = True
-            for i in range(lo, hi):
-                if w[i] != 0:
-                    allzero = False
-                    break
-            if allzero:
-                bitmap[blk >> 3] |= 1 << (blk & 7)
-                skipped += hi - lo
-                skipped_samples += (hi + step - 1) // step - (lo + step - 1) // step
-        kept = n - skipped
-        if 32 * skipped < n or kept == 0:
-            continue
-        vals = np.empty(kept, w.dtype)
-        kept = 0
-        for blk in range(nb):
-            if not (bitmap[blk >> 3] >> (blk & 7)) & 1:
-                for i in range(blk * bs, min(n, blk * bs + bs)):
-                    vals[kept] = w[i]
-                    kept += 1
+    if 32 * n_zero[0] >= n:                # zero blocks could skip 1/32 of the chunk
+        nzb = _nonzero_blocks16(w, n)        # every mode's blocks from one pass over 16-value blocks
+        vals = np.empty(n, w.dtype)
         scratch = np.empty(n * itemsize, np.uint8)
-        size = _code_values(vals, kept, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs, mean_offsets,
-                            code_lengths, zero_thresholds,
-                            mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
-        if size < best_size and size <= len(scratch):
-            best_size = size
-            best[:size] = scratch[:size]
+        n_modes = len(_ZB_MODES)
+        skips = np.empty(n_modes + 1, np.int64)
+        skips[n_modes] = -1
+        for mi in range(n_modes):
+            skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], None)
+        for mi in range(n_modes):
+            mode = _ZB_MODES[mi]
+            # a coarser mode that skips as many values skips the same ones (its blocks are unions of these):
+            # the same payload with a smaller bitmap, so this one cannot be the smallest
+            if skips[mi] == skips[mi + 1]:
+                continue
+            bs = 1 << mode
+            nb = (n + bs - 1) // bs
+            bitmap = np.zeros((nb + 7) // 8, np.uint8)
+            skipped = _zero_blocks(nzb, n, mode, bitmap)
+            skipped_samples = 0                  # the fit's sampled positions in skipped blocks
+            for blk in range(nb):
+                if (bitmap[blk >> 3] >> (blk & 7)) & 1:
+                    lo = blk * bs
+                    hi = min(n, lo + bs)
+                    skipped_samples += (hi + step - 1) // step - (lo + step - 1) // step
+            kept = n - skipped
+            if 32 * skipped < n or kept == 0:
+                continue
+            kept = 0
+            for blk in range(nb):
+                if not (bitmap[blk >> 3] >> (blk & 7)) & 1:
+                    for i in range(blk * bs, min(n, blk * bs + bs)):
+                        vals[kept] = w[i]
+                        kept += 1
+            size = _code_values(vals, kept, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs, mean_offsets,
+                                code_lengths, zero_thresholds,
+                                mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
+            if size < best_size and size <= len(scratch):
+                best_size = size
+                best[:size] = scratch[:size]
     if best_size >= n * itemsize:
         for i in range(n):
             v = np.int64(w[i])
