@@ -389,12 +389,29 @@ def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, r
     return n_esc, kk
 
 
+@njit(cache=True, inline="always")
+def _rans_put(x, lane, sy, f, cum, inv, wbuf, pos):
+    """One rANS step of ``lane`` for symbol ``sy``, a flushed word stored downwards at ``wbuf[pos - 1]``
+    (``pos > 0``: at most one word per value); returns the new ``pos``.  The flush is branch-free (a branch
+    made the one-lane rounds 15x slower).  x // f via a double reciprocal: x < 2^32 and f <= 4096, so
+    x * (1/f) is within 2^-19 of the true quotient and floor(x * (1/f) + 2^-14) is exact (a non-integer
+    quotient is >= 2^-12 below the next integer)."""
+    xl = np.int64(x[lane])
+    need = xl >= (f[sy] << _RENORM_SHIFT)
+    wbuf[pos - 1] = xl & 0xFFFF
+    xl = xl >> (16 * need)
+    qq = np.int64(xl * inv[sy] + 6.103515625e-05)
+    x[lane] = (qq << PROB_BITS) + (xl - qq * f[sy]) + cum[sy]
+    return pos - need
+
+
 @njit(cache=True)
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign,
                 narrow):
-    """_code_values for chunks of 16 or 32 lanes, 16 values at a time: symbols and residual plane in
-    one forward SIMD pass, then the rANS rounds backwards with the flushed words stored downwards
-    from the end of ``wbuf`` (so they end in stream order).  ``n_zero``: the chunk's ZERO symbols
+    """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
+    then the rANS rounds backwards (16 lanes at a time in chunks of 16 or 32 lanes, one lane at a time
+    in smaller ones) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
+    stream order).  ``n_zero``: the chunk's ZERO symbols
     (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
     ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
     residual's sign bit then sits just above the fields written, which never include it)."""
@@ -482,7 +499,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             esc_groups[n_groups] = g16
             n_groups += 1
             n_esc += tail_esc
-    # rANS.  x // f via a double reciprocal: see _code_values.
+    # rANS.  x // f via a double reciprocal: see _rans_put.
     ftab = np.empty(N_SYMBOLS, np.uint32)
     inv = np.empty(N_SYMBOLS, np.float64)
     for t in range(N_SYMBOLS):
@@ -509,25 +526,22 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     pos = cap
     full_rounds = m // k
     for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
-        sy = sym[full_rounds * k + lane]
-        xl = np.int64(x[lane])
-        if xl >= (f[sy] << _RENORM_SHIFT):
-            pos -= 1
-            wbuf[pos] = xl & 0xFFFF
-            xl >>= 16
-        qq = np.int64(xl * inv[sy] + 6.103515625e-05)
-        x[lane] = (qq << PROB_BITS) + (xl - qq * f[sy]) + cum[sy]
+        pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
     # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
     # cache, a line per round, so that its statistics pass does not wait on memory
     pf = 0
     for r in range(full_rounds - 1, -1, -1):
+        if k < LANES:                                       # fewer lanes than a register: one at a time
+            for lane in range(k - 1, -1, -1):
+                pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
         for h in range(k - LANES, -1, -LANES):
             if ranked:
                 pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
             else:
                 pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
-        prefetch(ahead, pf)
-        pf += 64
+        if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
+            prefetch(ahead, pf)
+            pf += 64
     n_words = cap - pos
     size = _HEAD + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
@@ -552,9 +566,6 @@ def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs,
     ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch; ``ahead``: the input that
     will be coded next (prefetched while the rANS rounds run).
     """
-    emask = (1 << E) - 1
-    lowmask = (1 << (M - 1)) - 1
-    sign_shift = E + M
     n_zero, n_log, s1, s2, orlow, n_neg = _stats(vals, m, E, M)
     n_zero_out[0] = n_zero
     f = np.empty(N_SYMBOLS, np.int64)
@@ -568,95 +579,8 @@ def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs,
     zero_ok = f[SYM_ZERO] > 0
     sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
     narrow = _narrow(orlow, shift, M, sign)
-    if _lanes(m) % LANES == 0:
-        return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
-                           n_zero if zero_ok else 0, sign, narrow)
-    n_sm = 0
-    n_esc = 0
-    for i in range(m):
-        w = np.int64(vals[i])
-        if w == 0 and zero_ok:
-            sym[i] = SYM_ZERO
-            continue
-        e = (w >> M) & emask
-        lead = (w >> (M - 1)) & 1
-        j = e - ref + WINDOW_LOW
-        s = SYM_ESC
-        if 0 <= j < WINDOW:
-            s = SYM_WINDOW0 + 2 * j + lead
-            if f[s] == 0:
-                s = SYM_ESC
-        sym[i] = s
-        n_sm += 1
-        if s == SYM_ESC:
-            n_esc += 1
-    # rANS, last symbol first; within a round lane K-1 first.  x // f via a double
-    # reciprocal: x < 2^32 and f <= 4096, so x * (1/f) is within 2^-19 of the true quotient
-    # and floor(x * (1/f) + 2^-14) is exact (a non-integer quotient is >= 2^-12 below the next integer).
-    inv = np.empty(N_SYMBOLS, np.float64)
-    xmax = np.empty(N_SYMBOLS, np.int64)
-    for t in range(N_SYMBOLS):
-        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
-        xmax[t] = f[t] << _RENORM_SHIFT
-    k = _lanes(m)
-    x = _private(k, RANS_L, np.int64)
-    rounds = (m + k - 1) // k
-    cnt = 0
-    last = m - (rounds - 1) * k            # lanes active in the last round
-    for r in range(rounds - 1, -1, -1):
-        top_lane = last - 1 if r == rounds - 1 else k - 1
-        base = r * k
-        for lane in range(top_lane, -1, -1):
-            s = sym[base + lane]
-            xl = x[lane]
-            need = xl >= xmax[s]                   # branch-free flush (2.3x faster than a branch)
-            wbuf[cnt] = xl & 0xFFFF
-            cnt += need
-            xl = xl >> (16 * need)
-            q = np.int64(xl * inv[s] + 6.103515625e-05)
-            x[lane] = (q << PROB_BITS) + (xl - q * f[s]) + cum[s]
-    width = _plane_width(M, shift, sign, narrow)
-    size = _HEAD + nbitmap + 4 * k + 2 * cnt + _packed_nbytes(n_sm, width) + 2 * n_esc
-    if size > len(out):                     # does not fit: the caller stores the chunk raw
-        return size
-    p = _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, cnt, bitmap, nbitmap, x, k)
-    for t in range(cnt):
-        _put16(out, p, wbuf[cnt - 1 - t])
-        p += 2
-    # residual plane: ``width`` bits = full byte planes + rem bits packed little-endian (a sign the
-    # sign mode gives is the residual's bit ``width``: never written)
-    full = width // 8
-    rem = width % 8
-    plane_start = p
-    nbytes = _packed_nbytes(n_sm, width)
-    kk = 0
-    remstart = plane_start + full * n_sm
-    acc = 0            # little-endian bit accumulator of the packed remainder bits
-    nacc = 0
-    q = remstart
-    remmask = (1 << rem) - 1
-    for i in range(m):
-        if sym[i] == SYM_ZERO:
-            continue
-        w = np.int64(vals[i])
-        res = (((w >> sign_shift) & 1) << (M - 1 - shift)) | ((w & lowmask) >> shift)
-        for b in range(full):
-            out[plane_start + b * n_sm + kk] = (res >> (8 * b)) & 0xFF
-        kk += 1
-        if rem:
-            acc |= ((res >> (8 * full)) & remmask) << nacc
-            nacc += rem
-            if nacc >= 32:                       # flush 4 bytes at a time
-                _put32(out, q, acc & 0xFFFFFFFF)
-                q += 4
-                acc >>= 32
-                nacc -= 32
-    while nacc > 0:
-        out[q] = acc & 0xFF
-        q += 1
-        acc >>= 8
-        nacc -= 8
-    return _put_escapes(out, plane_start + nbytes, vals, sym, 0, m, E, M)
+    return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
+                       n_zero if zero_ok else 0, sign, narrow)
 
 
 @njit(cache=True)
