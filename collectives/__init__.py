@@ -40,7 +40,7 @@ from . import auto, strategy  # noqa: F401 - collectives.strategy stays an attri
 from .agreement import describe as _describe  # noqa: F401 - tests/test_hardening.py forges a description
 from .calls import (RING_MIN_NUMEL, all_gather, all_gather_into_tensor, all_reduce, all_to_all_single,  # noqa: F401
                     broadcast, reduce_scatter, reduce_scatter_tensor)
-from .hooks import HookState, allreduce_hook, blocking_allreduce_hook  # noqa: F401
+from .hooks import HookState, StepTuner, allreduce_hook, blocking_allreduce_hook  # noqa: F401
 from .p2p import PIPELINE_SLICE_BYTES, recv, send  # noqa: F401
 from .traffic import Traffic, traffic  # noqa: F401
 from .weight_sync import SyncError, SyncStats, WeightSync  # noqa: F401
@@ -48,7 +48,7 @@ from .work import Work
 
 __all__ = ["all_gather", "broadcast", "send", "recv", "all_reduce", "reduce_scatter", "all_to_all_single",
            "all_gather_into_tensor", "reduce_scatter_tensor", "allreduce_hook", "Work", "last_decision", "traffic",
-           "WeightSync", "SyncStats", "SyncError", "HookState", "blocking_allreduce_hook"]
+           "WeightSync", "SyncStats", "SyncError", "HookState", "StepTuner", "blocking_allreduce_hook"]
 
 
 def __getattr__(name: str):

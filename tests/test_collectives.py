@@ -154,6 +154,32 @@ def case_ddp(rank, ws):
     return [((grads[0] - other).abs().max().item(), grads[0].abs().max().item()) for other in grads[1:]]
 
 
+def case_ddp_auto(rank, ws):
+    """The overlapped hook with compress="auto": the step tuner tries the cost model and torch's own
+    all-reduce, then runs rank 0's faster one, switching at the same steps on every rank; the gradients
+    stay those of torch's DDP."""
+    import collectives
+
+    grads, history = [], None
+    for auto in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 8))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.05)
+        if auto:
+            state = collectives.HookState(compress="auto", tuner_trial=1, tuner_period=2)
+            ddp.register_comm_hook(state, collectives.allreduce_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(9):
+            opt.zero_grad()
+            ddp(torch.randn(32, 64, generator=g)).pow(2).mean().backward()
+            opt.step()
+        grads.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        if auto:
+            history = state.tuner.history
+    return history, (grads[0] - grads[1]).abs().max().item(), grads[0].abs().max().item()
+
+
 def case_work_future(rank, ws):
     """Work.get_future() is a torch Future completed with the output, chainable with .then."""
     import collectives
@@ -207,6 +233,17 @@ def test_ddp_comm_hooks_match_default_allreduce():
         assert len(per_hook) == 3, res
         for diff, scale in per_hook:
             assert diff <= 1e-6 * max(scale, 1.0), res
+
+
+def test_ddp_auto_hook_tunes_by_step_time():
+    res = _run(case_ddp_auto, 2)
+    history = res[0][0]
+    assert res[1][0] == history, res                           # every rank switched at the same steps
+    assert len(history) == 9 and history[1] == "model" and history[2] == "native", history
+    assert history[5] == "model" and history[6] == "native", history
+    assert history[3] == history[4] in ("model", "native") and history[7] == history[8], history
+    for _, diff, scale in res.values():                        # parameters after 9 steps: torch DDP's
+        assert diff <= 1e-5 * max(scale, 1.0), res
 
 
 def test_work_future_is_a_torch_future():
