@@ -129,6 +129,23 @@ def case_corrupt(rank, ws):
     return "no error"
 
 
+def _ddp_train(rank, state, hook, steps, bucket_cap_mb):
+    """A small MLP trained ``steps`` SGD steps under DDP with ``hook`` (None: torch's own all-reduce)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 300),
+                                torch.nn.GELU(), torch.nn.Linear(300, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        ddp(torch.randn(32, 64, generator=g)).pow(2).mean().backward()
+        opt.step()
+    return model
+
+
 def case_ddp(rank, ws):
     """Default DDP all-reduce vs the overlapped and the blocking zipccl hook: two SGD steps each, several
     small buckets (so that buckets are in flight while backward goes on)."""
@@ -138,46 +155,21 @@ def case_ddp(rank, ws):
     hooks = [(None, None), (None, collectives.allreduce_hook), (None, collectives.blocking_allreduce_hook),
              (collectives.HookState(compress=False), collectives.allreduce_hook)]
     for state, hook in hooks:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 300),
-                                    torch.nn.GELU(), torch.nn.Linear(300, 8))
-        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
-        if hook is not None:
-            ddp.register_comm_hook(state, hook)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(rank)
-        for _ in range(2):
-            opt.zero_grad()
-            ddp(torch.randn(32, 64, generator=g)).pow(2).mean().backward()
-            opt.step()
+        model = _ddp_train(rank, state, hook, 2, 0.1)
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
     return [((grads[0] - other).abs().max().item(), grads[0].abs().max().item()) for other in grads[1:]]
 
 
 def case_ddp_auto(rank, ws):
     """The overlapped hook with compress="auto": the step tuner tries the cost model and torch's own
-    all-reduce, then runs rank 0's faster one, switching at the same steps on every rank; the gradients
+    all-reduce, then runs rank 0's faster one, switching at the same steps on every rank; the parameters
     stay those of torch's DDP."""
     import collectives
 
-    grads, history = [], None
-    for auto in (False, True):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.GELU(), torch.nn.Linear(300, 8))
-        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.05)
-        if auto:
-            state = collectives.HookState(compress="auto", tuner_trial=1, tuner_period=2)
-            ddp.register_comm_hook(state, collectives.allreduce_hook)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        g = torch.Generator().manual_seed(rank)
-        for _ in range(9):
-            opt.zero_grad()
-            ddp(torch.randn(32, 64, generator=g)).pow(2).mean().backward()
-            opt.step()
-        grads.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
-        if auto:
-            history = state.tuner.history
-    return history, (grads[0] - grads[1]).abs().max().item(), grads[0].abs().max().item()
+    state = collectives.HookState(compress="auto", tuner_trial=1, tuner_period=2)
+    params = [torch.cat([p.detach().reshape(-1) for p in _ddp_train(rank, s, h, 9, 0.05).parameters()])
+              for s, h in ((None, None), (state, collectives.allreduce_hook))]
+    return state.tuner.history, (params[0] - params[1]).abs().max().item(), params[0].abs().max().item()
 
 
 def case_work_future(rank, ws):
