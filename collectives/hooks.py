@@ -10,7 +10,7 @@ futures only at the end of backward.  :func:`blocking_allreduce_hook` communicat
 
 With ``compress="auto"`` the overlapped hook chooses by measuring whole training steps (:class:`StepTuner`):
 a cost model of the link and the codec cannot see what the codec's threads take from a backward pass on the
-same cores (measured: the model chose compression at 1 Gbit/s where it made steps 1.25x slower than torch's
+same cores (measured: the model chose compression at 1 Gbit/s where it made steps 1.27x slower than torch's
 own all-reduce), but the step time can.
 """
 from __future__ import annotations
