@@ -651,18 +651,20 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         vals = np.empty(n, w.dtype)
         scratch = np.empty(n * itemsize, np.uint8)
         n_modes = len(_ZB_MODES)
-        skips = np.empty(n_modes + 1, np.int64)
-        skips[n_modes] = -1
+        skips = np.empty(n_modes, np.int64)
         for mi in range(n_modes):
             skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], None)
         for mi in range(n_modes):
             mode = _ZB_MODES[mi]
-            # a coarser mode that skips as many values skips the same ones (its blocks are unions of these):
-            # the same payload with a smaller bitmap, so this one cannot be the smallest
-            if skips[mi] == skips[mi + 1]:
-                continue
             bs = 1 << mode
             nb = (n + bs - 1) // bs
+            # a coarser mode that skips as many values skips the same ones (its blocks are unions of these):
+            # the same payload, so where its bitmap is smaller this one cannot be the smallest (where both
+            # bitmaps take as many bytes, the sizes tie and the finer mode, coded first, is the choice)
+            if mi + 1 < n_modes and skips[mi] == skips[mi + 1]:
+                coarse = 1 << _ZB_MODES[mi + 1]
+                if ((n + coarse - 1) // coarse + 7) // 8 < (nb + 7) // 8:
+                    continue
             bitmap = np.zeros((nb + 7) // 8, np.uint8)
             skipped = _zero_blocks(nzb, n, mode, bitmap)
             skipped_samples = 0                  # the fit's sampled positions in skipped blocks

@@ -186,8 +186,8 @@ def test_encode_into_a_callers_buffer(backend):
 def test_block_sparse_chunks_give_the_reference_bytes(seed):
     """Mostly-zero chunks whose non-zero values sit in blocks of 16 to 2048 values: the zero-block modes'
     candidates tie (a coarser mode skipping the same values), nest or differ, and the numba encoder's
-    shortcuts (every mode's blocks from one scan, a finer mode skipped when a coarser one skips as much)
-    must pick the reference's payload, byte for byte."""
+    shortcuts (every mode's blocks from one scan, a finer mode not coded when a coarser one skips as much
+    with a smaller bitmap) must pick the reference's payload, byte for byte."""
     rng = np.random.default_rng(seed)
     dtype = DTYPES[seed % len(DTYPES)]
     n = int(rng.integers(30_000, 70_000))
@@ -200,3 +200,11 @@ def test_block_sparse_chunks_give_the_reference_bytes(seed):
         want = bytes(codec.encode(x, chunk_size=chunk_size, backend="reference"))
         assert bytes(codec.encode(x, chunk_size=chunk_size, backend="numba")) == want
         assert_bit_equal(codec.decode(want, backend="numba"), x)
+    # 128-value chunks with values in their first 16, 32 or 64: 16- and 64-value blocks skip the same
+    # values and both bitmaps are one byte, so the payloads are the same size and the finer mode (first)
+    # is the reference's choice
+    y = np.zeros(128 * 12, np_dtype(dtype))
+    for c in range(12):
+        y[128 * c:128 * c + (16, 32, 64)[c % 3]] = make_values("gaussian", dtype, (16, 32, 64)[c % 3], seed + c, -2.0)
+    want = bytes(codec.encode(y, chunk_size=128, backend="reference"))
+    assert bytes(codec.encode(y, chunk_size=128, backend="numba")) == want
