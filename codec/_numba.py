@@ -605,7 +605,7 @@ def _nonzero_blocks16(w, n):
 @njit(cache=True)
 def _zero_blocks(nzb, n, mode, bitmap):
     """How many of the ``n`` values lie in all-zero blocks of ``1 << mode`` values (``nzb``: from
-    :func:`_nonzero_blocks16`); their bits are set in ``bitmap`` unless it is None."""
+    :func:`_nonzero_blocks16`); their bits are set in ``bitmap`` (zeroed, at least one bit per block)."""
     bs = 1 << mode
     per = bs >> 4
     skipped = 0
@@ -617,8 +617,7 @@ def _zero_blocks(nzb, n, mode, bitmap):
                 break
         if allzero:
             skipped += min(n, blk * bs + bs) - blk * bs
-            if bitmap is not None:
-                bitmap[blk >> 3] |= 1 << (blk & 7)
+            bitmap[blk >> 3] |= 1 << (blk & 7)
     return skipped
 
 
@@ -652,8 +651,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         scratch = np.empty(n * itemsize, np.uint8)
         n_modes = len(_ZB_MODES)
         skips = np.empty(n_modes, np.int64)
+        row = (len(nzb) + 7) // 8                 # bytes of the longest bitmap (16-value blocks)
+        bitmaps = np.zeros(n_modes * row, np.uint8)          # one row per mode (flat: slices stay contiguous)
         for mi in range(n_modes):
-            skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], None)
+            skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], bitmaps[mi * row:(mi + 1) * row])
         for mi in range(n_modes):
             mode = _ZB_MODES[mi]
             bs = 1 << mode
@@ -665,8 +666,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                 coarse = 1 << _ZB_MODES[mi + 1]
                 if ((n + coarse - 1) // coarse + 7) // 8 < (nb + 7) // 8:
                     continue
-            bitmap = np.zeros((nb + 7) // 8, np.uint8)
-            skipped = _zero_blocks(nzb, n, mode, bitmap)
+            bitmap = bitmaps[mi * row:mi * row + (nb + 7) // 8]
+            skipped = skips[mi]
             skipped_samples = 0                  # the fit's sampled positions in skipped blocks
             for blk in range(nb):
                 if (bitmap[blk >> 3] >> (blk & 7)) & 1:
