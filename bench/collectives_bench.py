@@ -69,28 +69,6 @@ def _timed(fns: dict, reps: int) -> dict:
     return best
 
 
-def _codec_speed(x: torch.Tensor, reps: int = 3) -> tuple[float, float]:
-    """(encode, decode) bytes per second of ``x`` on one thread, the fastest of ``reps`` (ranks measure at
-    the same moment on shared cores)."""
-    import codec
-
-    threads = codec.get_num_threads()
-    codec.set_num_threads(1)
-    te = td = float("inf")
-    try:
-        out = torch.empty_like(x)
-        for _ in range(reps):
-            t = time.perf_counter()
-            blob = codec.encode(x)
-            te = min(te, time.perf_counter() - t)
-            t = time.perf_counter()
-            codec.decode(blob, out=out)
-            td = min(td, time.perf_counter() - t)
-    finally:
-        codec.set_num_threads(threads)
-    return x.numel() * x.element_size() / te, x.numel() * x.element_size() / td
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=float, default=64)
@@ -111,7 +89,7 @@ def main(argv=None) -> int:
 
     link = strategy.calibrate()                  # alpha/beta of this cluster, cached for compress="auto"
     strategy.codec_throughput()
-    own_speed = _codec_speed(x)
+    own_speed = strategy.measure_codec(x, 3, out=torch.empty_like(x))
     rows = []
     for op in a.ops.split(","):
         if op == "p2p":

@@ -94,28 +94,36 @@ def cached_link() -> Link | None:
         return None
 
 
-@functools.cache
-def codec_throughput(reps: int = 5) -> tuple[float, float]:
-    """(encode, decode) bytes of input per second on one idle core, measured once: the fastest of
-    ``reps`` runs on 4 MiB (the cost model scales them by :func:`cores_per_rank`).  The fastest, since
-    ranks sharing a host measure at the same moment: one timing each made the 1 Gbit/s 32 MiB
-    all-reduce flip between compressed and uncompressed from one run to the next."""
-    x = np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16)
+def measure_codec(x, reps: int = 5, out=None) -> tuple[float, float]:
+    """(encode, decode) bytes of ``x`` per second on one thread, each the fastest of ``reps`` runs (after
+    a warm-up on its first 64K values); ``out``: decode into it (a buffer the caller reuses, as the ring's
+    pooled ones) rather than into a fresh array.  The fastest, since ranks sharing a host measure at the
+    same moment."""
     threads = codec.get_num_threads()
     codec.set_num_threads(1)
     te = td = float("inf")
     try:
-        codec.decode(codec.encode(x[:1 << 16]))
+        codec.decode(codec.encode(x.reshape(-1)[:1 << 16]))
         for _ in range(reps):
             t = time.perf_counter()
             blob = codec.encode(x)
             te = min(te, time.perf_counter() - t)
             t = time.perf_counter()
-            codec.decode(blob)
+            codec.decode(blob, out=out)
             td = min(td, time.perf_counter() - t)
     finally:
         codec.set_num_threads(threads)
-    return x.nbytes / te, x.nbytes / td
+    nbytes = x.numel() * x.element_size() if isinstance(x, torch.Tensor) else x.nbytes
+    return nbytes / te, nbytes / td
+
+
+@functools.cache
+def codec_throughput(reps: int = 5) -> tuple[float, float]:
+    """(encode, decode) bytes of input per second on one idle core, measured once (:func:`measure_codec`
+    of 4 MiB of bfloat16 Gaussian values; the cost model scales them by :func:`cores_per_rank`).  The
+    fastest of ``reps``: one timing each made the 1 Gbit/s 32 MiB all-reduce flip between compressed and
+    uncompressed from one run to the next."""
+    return measure_codec(np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16), reps)
 
 
 @functools.cache
