@@ -113,8 +113,7 @@ def measure_codec(x, reps: int = 5, out=None) -> tuple[float, float]:
             td = min(td, time.perf_counter() - t)
     finally:
         codec.set_num_threads(threads)
-    nbytes = x.numel() * x.element_size() if isinstance(x, torch.Tensor) else x.nbytes
-    return nbytes / te, nbytes / td
+    return x.nbytes / te, x.nbytes / td
 
 
 @functools.cache
