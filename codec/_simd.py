@@ -105,11 +105,11 @@ def _variant(env: str, options) -> str:
 # "register" (AVX-512 VBMI2 targets): the register form of vpcompressw, then a masked store of the
 # first popcount lanes -- vpcompressw to memory is microcoded on AMD Zen 4 (measured: the encoder at
 # 0.6x).  The same bytes either way; tests/isa.sh compiles both on such a host.
-# "shuffle" (targets with SSSE3 but without VBMI2, e.g. AVX2 or Skylake-X AVX-512): there is no 16-bit
-# expand/compress, and LLVM's lowering of the generic intrinsics is a branch per lane (measured: an
-# AVX2 build decoding at 0.36x ZipNN); each 8-word half is moved by pshufb with a control from a
-# 256-entry table instead.
-STREAM_MOVE_FORMS = (("register", "+avx512vbmi2"), ("shuffle", "+ssse3"), ("memory", None))
+# "shuffle" (targets with AVX2 but without VBMI2, e.g. Haswell..Zen 3 or Skylake-X AVX-512): there is no
+# 16-bit expand/compress, and LLVM's lowering of the generic intrinsics is a branch per lane (measured:
+# an AVX2 build decoding at 0.36x ZipNN); each 8-word half is moved by pshufb with a control from a
+# 256-entry table instead, and 32-bit lanes (the residuals of chunks with ZERO symbols) by vpermd.
+STREAM_MOVE_FORMS = (("register", "+avx512vbmi2"), ("shuffle", "+avx2"), ("memory", None))
 STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", STREAM_MOVE_FORMS)
 
 # How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
@@ -216,12 +216,12 @@ def _prefix_mask(builder, count):
 
 
 def _byte_table(builder, name, rows):
-    """A module-level constant table of 256 16-byte rows (pshufb controls), by name."""
+    """A module-level constant table of 256 byte rows (pshufb controls: 16 bytes; vpermd controls: 8), by name."""
     try:
         return builder.module.get_global(name)
     except KeyError:
         pass
-    row_t = ir.ArrayType(_I8, 16)
+    row_t = ir.ArrayType(_I8, len(rows[0]))
     t = ir.ArrayType(row_t, 256)
     g = ir.GlobalVariable(builder.module, t, name=name)
     g.initializer = ir.Constant(t, [ir.Constant(row_t, [ir.Constant(_I8, b) for b in row]) for row in rows])
@@ -350,13 +350,84 @@ def _register_move(builder, kind, v, mask):
     return builder.call(fn, [v, _splat(_I32, 0), mask])
 
 
+_V8 = ir.VectorType(_I32, 8)
+_IOTA8 = _const_vec(_I32, range(8))
+# vpermd controls of 8 lanes by an 8-bit mask m (a byte per lane): _COMPRESS32 gathers the set lanes to
+# the front in lane order; _EXPAND32 gives lane j the rank of j among the set lanes (what it takes)
+_COMPRESS32 = ("zipccl_compress32", [[j for j in range(8) if m >> j & 1] + [0] * (8 - bin(m).count("1"))
+                                     for m in range(256)])
+_EXPAND32 = ("zipccl_expand32", [[bin(m & ((1 << j) - 1)).count("1") & 7 for j in range(8)] for m in range(256)])
+
+
+def _permd(builder, v, idx):
+    """``v[idx & 7]`` per lane of 8 i32 lanes (AVX2 vpermd)."""
+    return builder.call(_declare(builder, "llvm.x86.avx2.permd", _V8, [_V8, _V8]), [v, idx])
+
+
+def _half(builder, v, h):
+    """Lanes ``8h .. 8h+7`` of a 16-lane vector."""
+    return builder.shuffle_vector(v, ir.Constant(v.type, None), _const_vec(_I32, range(8 * h, 8 * h + 8)))
+
+
+def _lane_control(builder, table, m8):
+    """Row ``m8`` (i64) of an 8-lane control table (_COMPRESS32 or _EXPAND32), as i32 lanes."""
+    g = _byte_table(builder, *table)
+    p = builder.bitcast(builder.gep(g, [ir.Constant(_I64, 0), m8]), ir.VectorType(_I8, 8).as_pointer())
+    return builder.zext(builder.load(p, align=8), _V8)
+
+
+def _count8(builder, n):
+    """An i64 count broadcast to 8 i32 lanes."""
+    v = builder.insert_element(ir.Constant(_V8, None), builder.trunc(n, _I32), ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_V8, None), _const_vec(_I32, [0] * 8))
+
+
+def _compress_lanes_avx2(builder, v, mask):
+    """_compress_lanes by three vpermd: each half's set lanes to its front, then the high half's rotated
+    to start at lane n_lo (popcount of the low half) and laid after the low half's."""
+    lo8, hi8 = _mask_bytes(builder, mask)
+    n_lo, n = _count8(builder, builder.ctpop(lo8)), _count8(builder, _popcount16(builder, mask))
+    packed_lo = _permd(builder, _half(builder, v, 0), _lane_control(builder, _COMPRESS32, lo8))
+    packed_hi = _permd(builder, _half(builder, v, 1), _lane_control(builder, _COMPRESS32, hi8))
+    rot = _permd(builder, packed_hi, builder.and_(builder.sub(_IOTA8, n_lo), _splat8(7)))
+    zero = ir.Constant(_V8, [ir.Constant(_I32, 0)] * 8)
+    out_lo = builder.select(builder.icmp_unsigned("<", _IOTA8, n_lo), packed_lo, rot)
+    out_lo = builder.select(builder.icmp_unsigned("<", _IOTA8, n), out_lo, zero)
+    out_hi = builder.select(builder.icmp_unsigned("<", builder.add(_IOTA8, _splat8(8)), n), rot, zero)
+    return builder.shuffle_vector(out_lo, out_hi, _const_vec(_I32, range(LANES)))
+
+
+def _expand_lanes_avx2(builder, v, mask):
+    """_expand_lanes by four vpermd: the low half's set lanes take lanes 0.. of ``v``; lanes n_lo .. n_lo+7
+    of ``v`` (across its halves) are gathered into one register for the high half's."""
+    lo8, hi8 = _mask_bytes(builder, mask)
+    n_lo = _count8(builder, builder.ctpop(lo8))
+    v_lo, v_hi = _half(builder, v, 0), _half(builder, v, 1)
+    out_lo = _permd(builder, v_lo, _lane_control(builder, _EXPAND32, lo8))
+    idx = builder.add(_IOTA8, n_lo)                                  # 0 .. 15
+    i7 = builder.and_(idx, _splat8(7))
+    ahead = builder.select(builder.icmp_unsigned("<", idx, _splat8(8)), _permd(builder, v_lo, i7), _permd(builder, v_hi, i7))
+    out_hi = _permd(builder, ahead, _lane_control(builder, _EXPAND32, hi8))
+    zero = ir.Constant(_V8, [ir.Constant(_I32, 0)] * 8)
+    out_lo = builder.select(_half(builder, mask, 0), out_lo, zero)
+    out_hi = builder.select(_half(builder, mask, 1), out_hi, zero)
+    return builder.shuffle_vector(out_lo, out_hi, _const_vec(_I32, range(LANES)))
+
+
+def _splat8(v):
+    return ir.Constant(_V8, [ir.Constant(_I32, v)] * 8)
+
+
 def _compress_lanes(builder, v, mask):
     """The ``mask`` lanes of ``v`` (i32) moved to the front in lane order, the other lanes 0.  The
     register form of vpcompressd where the stream moves are register forms (its memory form is
-    microcoded on Zen 4), else a compress-store to the stack and a reload."""
+    microcoded on Zen 4), vpermd where they are shuffles (AVX2: LLVM's generic lowering is a branch
+    per lane), else a compress-store to the stack and a reload."""
     zero = _splat(_I32, 0)
     if STREAM_MOVES == "register":
         return _register_move(builder, "compress", v, mask)
+    if STREAM_MOVES == "shuffle":
+        return _compress_lanes_avx2(builder, v, mask)
     slot = _scratch16(builder)
     ptr = builder.bitcast(slot, _I32.as_pointer())
     fn = _declare(builder, f"llvm.masked.compressstore.v{LANES}i32", ir.VoidType(),
@@ -367,10 +438,13 @@ def _compress_lanes(builder, v, mask):
 
 def _expand_lanes(builder, v, mask):
     """Lanes ``0 .. popcount(mask)-1`` of ``v`` (i32) placed in the ``mask`` lanes in lane order, the
-    other lanes 0 (the inverse of :func:`_compress_lanes`; vpexpandd, register form or from the stack)."""
+    other lanes 0 (the inverse of :func:`_compress_lanes`; vpexpandd, register form or from the stack;
+    vpermd where the stream moves are shuffles)."""
     zero = _splat(_I32, 0)
     if STREAM_MOVES == "register":
         return _register_move(builder, "expand", v, mask)
+    if STREAM_MOVES == "shuffle":
+        return _expand_lanes_avx2(builder, v, mask)
     slot = _scratch16(builder)
     builder.store(v, slot, align=64)
     fn = _declare(builder, f"llvm.masked.expandload.v{LANES}i32", _vec(_I32),
@@ -854,8 +928,30 @@ def _broadcast2(builder, scalar):
     return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
 
 
+def _divmod_f32(builder, x, f):
+    """(x // f, x % f) of u32 lanes ``x`` < f * 2^20 and ``f`` in 1..4096, exactly, with no table: a
+    single-precision estimate x * (1/f) (x and 1/f rounded once each, the product once: within
+    3 * 2^-24 * 2^20 < 0.19 of the true quotient, so truncated it is off by at most one either way)
+    corrected by one step down and one step up on the remainder.  The reciprocal does not depend on
+    the state, so the division stays off the rounds' dependency chain.  Where there are no permutes
+    this replaces a 16-lane lookup of f64 reciprocals, which AVX2 targets scalarise (16 loads and the
+    f64 conversions: the costliest part of the encoder's round there)."""
+    f32 = ir.FloatType()
+    vf = _vec(f32)
+    zero = _splat(_I32, 0)
+    recip = builder.fdiv(ir.Constant(vf, [ir.Constant(f32, 1.0)] * LANES), builder.sitofp(f, vf))
+    q = builder.fptosi(builder.fmul(builder.uitofp(x, vf), recip), _vec(_I32))
+    r = builder.sub(x, builder.mul(q, f))                 # in (-f, 2f): |r| < 2^13, a valid i32
+    over = builder.sext(builder.icmp_signed("<", r, zero), _vec(_I32))         # q one too high
+    q = builder.add(q, over)
+    r = builder.add(r, builder.and_(f, over))
+    under = builder.sext(builder.icmp_signed(">=", r, f), _vec(_I32))          # q one too low
+    return builder.sub(q, under), builder.sub(r, builder.and_(f, under))
+
+
 def _encode_round(context, builder, st, xa, lane0v, sa, atv, wa, posv, lookup):
-    """rans_encode16's round; ``lookup(s)`` gives (``f | cum << 16``, 1/f) of symbols ``s`` (i32 lanes)."""
+    """rans_encode16's round; ``lookup(s)`` gives (``f | cum << 16``, 1/f or None) of symbols ``s``
+    (i32 lanes); with None the quotient comes from :func:`_divmod_f32`."""
     xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
                          _vec(_I32).as_pointer())
     xv = builder.load(xp, align=4)
@@ -871,9 +967,13 @@ def _encode_round(context, builder, st, xa, lane0v, sa, atv, wa, posv, lookup):
     _compress_words(builder, builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
                                                                   _I16), need, cnt)
     xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
-    qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
-    q = builder.fptoui(qf, _vec(_I32))
-    xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), builder.sub(xv, builder.mul(q, f))), cum)
+    if inv is None:
+        q, r = _divmod_f32(builder, xv, f)
+    else:
+        qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
+        q = builder.fptoui(qf, _vec(_I32))
+        r = builder.sub(xv, builder.mul(q, f))
+    xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), r), cum)
     builder.store(xn, xp, align=4)
     return pos
 
@@ -897,7 +997,7 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
         st = signature.args
         fp, ip = _data(context, builder, st[4], fa), _data(context, builder, st[5], ia)
         return _encode_round(context, builder, st, xa, lane0v, sa, atv, (6, wa), posv,
-                             lambda s: (_gather(builder, fp, s, _I32, 4), _gather(builder, ip, s, _F64, 8)))
+                             lambda s: (_gather(builder, fp, s, _I32, 4), None))
 
     return sig, codegen
 

@@ -21,7 +21,7 @@ for t in "${targets[@]}"; do
   rm -rf "$cache"
 done
 # on this host the kernels take the first variant of each knob its CPU can run (codec._simd.STREAM_MOVES:
-# register forms with AVX-512 VBMI2, pshufb shuffles with SSSE3; TABLE_LOOKUPS: permutes with VBMI);
+# register forms with AVX-512 VBMI2, pshufb and vpermd shuffles with AVX2; TABLE_LOOKUPS: permutes with VBMI);
 # where that is not the last (the generic memory moves, gathers), the last once more here
 if [ $# -eq 0 ]; then
   other=$(python -c "

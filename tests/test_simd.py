@@ -257,7 +257,7 @@ def test_kernels_are_compiled_for_the_expected_instruction_set():
 def test_stream_moves_compile_to_the_chosen_instructions():
     """The variant of the rounds' stream moves (codec._simd.STREAM_MOVES) is the one the compile target
     calls for (register forms with AVX-512 VBMI2: the memory forms are microcoded on AMD Zen 4/5;
-    pshufb shuffles with SSSE3 but no VBMI2), or the one ZIPCCL_STREAM_MOVES forces, and the compiled
+    pshufb shuffles with AVX2 but no VBMI2), or the one ZIPCCL_STREAM_MOVES forces, and the compiled
     encoder round uses those instructions."""
     import os
     import platform
@@ -269,7 +269,7 @@ def test_stream_moves_compile_to_the_chosen_instructions():
 
     feats = _simd._target_features().split(",")
     want = os.environ.get("ZIPCCL_STREAM_MOVES") or (
-        "register" if "+avx512vbmi2" in feats else "shuffle" if "+ssse3" in feats else "memory")
+        "register" if "+avx512vbmi2" in feats else "shuffle" if "+avx2" in feats else "memory")
     assert _simd.STREAM_MOVES == want
 
     @njit(cache=False)
@@ -465,3 +465,46 @@ def test_ranked_decode_round_matches_the_slot_table_round():
         wp_want = rounds(want[0], tab, buf, want[1], 0)
         assert wp_got == wp_want and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), cb
     assert checked >= 20, checked
+
+
+def test_table_free_division_is_exact_for_every_frequency():
+    """The encoder round's quotient where there are no permutes (codec._simd._divmod_f32: a
+    single-precision estimate corrected one step each way) equals x // f, x % f for every frequency
+    1..4096 at the edges of its range (x = 0, f - 1, multiples of f and one below them, the largest
+    x < f * 2^20, x near 2^32) and at random states: the bytes depend on it being exact."""
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    from codec import _simd
+
+    @intrinsic
+    def divmod16(typingctx, x, f, q, r):
+        def codegen(context, builder, signature, args):
+            vec = ir.VectorType(ir.IntType(32), _simd.LANES)
+            ptrs = [builder.bitcast(_simd._data(context, builder, t, a), vec.as_pointer())
+                    for t, a in zip(signature.args, args)]
+            qv, rv = _simd._divmod_f32(builder, builder.load(ptrs[0], align=4), builder.load(ptrs[1], align=4))
+            builder.store(qv, ptrs[2], align=4)
+            builder.store(rv, ptrs[3], align=4)
+            return context.get_dummy_value()
+        return types.none(x, f, q, r), codegen
+
+    @njit(cache=False)
+    def run(x, f, q, r):
+        for i in range(0, len(x), 16):
+            divmod16(x[i:i + 16], f[i:i + 16], q[i:i + 16], r[i:i + 16])
+
+    rng = np.random.default_rng(11)
+    f = np.repeat(np.arange(1, 4097, dtype=np.uint64), 16)
+    top = f << 20                                           # the exclusive bound on the state
+    qs = rng.integers(0, 1 << 20, len(f)).astype(np.uint64)
+    edges = np.stack([np.zeros_like(f), f - 1, qs * f, np.maximum(qs * f, 1) - 1, top - 1, top - f,
+                      rng.integers(0, top), np.minimum(top, 1 << 32) - 1 - rng.integers(0, 1 << 12, len(f))])
+    for x in edges:                 # each row: 16 states for every frequency
+        x = np.minimum(x, top - 1).astype(np.uint32)
+        fu = f.astype(np.uint32)
+        q = np.zeros_like(x)
+        r = np.zeros_like(x)
+        run(x, fu, q, r)
+        assert np.array_equal(q, x.astype(np.uint64) // f) and np.array_equal(r, x.astype(np.uint64) % f)
