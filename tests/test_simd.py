@@ -508,3 +508,49 @@ def test_table_free_division_is_exact_for_every_frequency():
         r = np.zeros_like(x)
         run(x, fu, q, r)
         assert np.array_equal(q, x.astype(np.uint64) // f) and np.array_equal(r, x.astype(np.uint64) % f)
+
+
+def test_lane_compress_and_expand_for_every_mask():
+    """The 32-bit lane moves of chunks with ZERO symbols (codec._simd._compress_lanes/_expand_lanes, in
+    the form this compile target takes: vpcompressd/vpexpandd, vpermd on AVX2, or the generic
+    intrinsics) for all 65536 masks: compress puts the set lanes first in lane order and zeros the
+    rest; expand is its inverse and zeros the unset lanes."""
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    from codec import _simd
+
+    def mover(move):
+        @intrinsic
+        def move16(typingctx, v, m, out):
+            def codegen(context, builder, signature, args):
+                vec = ir.VectorType(ir.IntType(32), _simd.LANES)
+                vp, op = (builder.bitcast(_simd._data(context, builder, signature.args[i], args[i]), vec.as_pointer())
+                          for i in (0, 2))
+                mask = builder.bitcast(builder.trunc(args[1], ir.IntType(16)), ir.VectorType(ir.IntType(1), _simd.LANES))
+                builder.store(move(builder, builder.load(vp, align=4), mask), op, align=4)
+                return context.get_dummy_value()
+            return types.none(v, m, out), codegen
+        return move16
+
+    compress16, expand16 = mover(_simd._compress_lanes), mover(_simd._expand_lanes)
+
+    @njit(cache=False)
+    def run(v, out_c, out_e):
+        for m in range(1 << 16):
+            compress16(v[m], m, out_c[m])
+            expand16(v[m], m, out_e[m])
+
+    rng = np.random.default_rng(5)
+    v = rng.integers(1, 1 << 32, (1 << 16, 16), dtype=np.uint64).astype(np.uint32)     # no zero lanes
+    got_c = np.full_like(v, 7)
+    got_e = np.full_like(v, 7)
+    run(v, got_c, got_e)
+    sel = (np.arange(1 << 16)[:, None] >> np.arange(16)) & 1 == 1
+    n = sel.sum(1)
+    rank = np.cumsum(sel, 1) - 1
+    want_c = np.zeros_like(v)
+    want_c[np.arange(16) < n[:, None]] = v[sel]                 # row-major: each row's set lanes in order
+    want_e = np.where(sel, np.take_along_axis(v, np.maximum(rank, 0), 1), 0)
+    assert np.array_equal(got_c, want_c) and np.array_equal(got_e, want_e)
