@@ -30,7 +30,8 @@ from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add, prefetch,
-                    rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_ranked, stats16, fill16,
+                    PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
+                    stats16, fill16,
                     values16_escaped, values16_window)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
@@ -433,6 +434,24 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     for j in range(2 * WINDOW):
         if f[SYM_WINDOW0 + j] > 0:
             symwin[j] = SYM_WINDOW0 + j
+    # where there are no permutes, the prepare pass looks up packed entries (symbol, f, cum: see
+    # codec._simd.PACK_F) and stores them per value for the rANS rounds: by key, and by window index
+    # (entry 2 * WINDOW: ESC's, for keys outside it)
+    packsym = np.empty(N_SYMBOLS, np.uint32)
+    for t in range(N_SYMBOLS):
+        packsym[t] = t | (f[t] << PACK_F) | ((cum[t] & 0xFFF) << PACK_CUM)
+    if PERMUTE:
+        packtab = np.empty(0, np.uint32)
+        packwin = np.empty(0, np.uint32)
+        ent = np.empty(0, np.uint32)
+    else:
+        packtab = np.empty(2 << E, np.uint32)
+        for key in range(2 << E):
+            packtab[key] = packsym[symtab[key]]
+        packwin = _aligned(2 * WINDOW + 1, np.uint32)
+        for j in range(2 * WINDOW + 1):
+            packwin[j] = packsym[symwin[j] if j < 2 * WINDOW else SYM_ESC]
+        ent = np.empty(m, np.uint32)
     width = _plane_width(M, shift, sign, narrow)
     full = width // 8
     rem = width % 8
@@ -443,14 +462,21 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     n_esc = 0
     g16 = m - m % LANES
     em = (E << 8) | M
+    vec_end = g16                               # values from here on were prepared one at a time
     if n_zero:
         kk = 0
         for at in range(0, g16, LANES):
             if kk + LANES <= n_sm:
-                c = encode_prepare16_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk)
+                if PERMUTE:
+                    c = encode_prepare16_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk,
+                                               ent, 0)
+                else:
+                    c = encode_prepare16_zeros(vals, at, packwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk,
+                                               ent, packsym[SYM_ZERO])
                 kk += c >> 32
                 c &= 0xFFFFFFFF
             else:                               # the last residuals: a 16-byte store would pass the plane
+                vec_end = min(vec_end, at)
                 c, kk = _prepare_scalar(vals, at, at + LANES, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk)
             if c:
                 esc_groups[n_groups] = at
@@ -466,7 +492,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             if PERMUTE:
                 c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
             else:
-                c = encode_prepare16(vals, at, symtab, em, shift, sym, plane, 0, m, full, rem)
+                c = encode_prepare16(vals, at, packtab, em, shift, sym, plane, 0, m, full, rem, ent)
             if c:
                 esc_groups[n_groups] = at
                 n_groups += 1
@@ -499,6 +525,9 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             esc_groups[n_groups] = g16
             n_groups += 1
             n_esc += tail_esc
+    if not PERMUTE:
+        for i in range(vec_end, m):
+            ent[i] = packsym[sym[i]]
     # rANS.  x // f via a double reciprocal: see _rans_put.
     ftab = np.empty(N_SYMBOLS, np.uint32)
     inv = np.empty(N_SYMBOLS, np.float64)
@@ -537,8 +566,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
         for h in range(k - LANES, -1, -LANES):
             if ranked:
                 pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
+            elif not PERMUTE:
+                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos)
             else:
-                pos = rans_encode16(x, h, sym, r * k + h, ftab, inv, wbuf, pos)
+                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos)
         if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
             prefetch(ahead, pf)
             pf += 64

@@ -778,12 +778,20 @@ def _store_u64(builder, bp, off, v):
     builder.store(v, _at(builder, bp, off, _I64), align=1)
 
 
-@intrinsic
-def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n_sm, full, rem):
-    """Symbols and residual plane of the 16 values ``words[at:at+16]`` of a dense chunk (no ZERO
-    symbol); returns how many of them are escapes.  Scalar equivalent, value i::
+# A symbol's entry for the rounds where there are no permutes: ``sym | f << 7 | cum << 20`` (7 + 13 + 12
+# bits).  The prepare pass looks it up (one gather it does anyway) and stores it per value, so the
+# rANS rounds read f and cum with a plain load instead of a 16-lane lookup (scalarised on AVX2).
+PACK_F, PACK_CUM = 7, 20
 
-        sym[i] = symtab[w >> (M-1) & (2 << E) - 1]        # (field, leading bit) -> symbol or ESC
+
+@intrinsic
+def encode_prepare16(typingctx, words, at, packtab, em, shift, sym, out, plane, n_sm, full, rem, ent):
+    """Symbols and residual plane of the 16 values ``words[at:at+16]`` of a dense chunk (no ZERO
+    symbol), and their packed entries (``ent``, u32; ``packtab``: the packed entry (see PACK_F) of
+    each key); returns how many of them are escapes.  Scalar equivalent, value i::
+
+        ent[i] = packtab[w >> (M-1) & (2 << E) - 1]       # (field, leading bit) -> symbol or ESC
+        sym[i] = ent[i] & 0x7F
         res = (w >> (E+M) & 1) << (M-1-shift) | (w & (1 << (M-1)) - 1) >> shift
         out[plane + b*n_sm + i] = res >> 8b & 0xFF         for b < full
         rem-bit field res >> 8*full at bit i*rem of the remainder plane (plane + full*n_sm)
@@ -791,12 +799,12 @@ def encode_prepare16(typingctx, words, at, symtab, em, shift, sym, out, plane, n
     The remainder fields of 8 values (``rem`` bytes) are written as one 8-byte store, so values
     must be prepared in increasing order (each store's zero tail is overwritten by the next
     group) and ``out`` needs 8 spare bytes after the plane.  ``em = E << 8 | M``."""
-    sig = types.int64(words, at, symtab, em, shift, sym, out, plane, n_sm, full, rem)
+    sig = types.int64(words, at, packtab, em, shift, sym, out, plane, n_sm, full, rem, ent)
 
     def codegen(context, builder, signature, args):
-        wa, atv, sta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
-        tp = _data(context, builder, signature.args[2], sta)
-        return _prepare(context, builder, signature.args, args, lambda key: _gather(builder, tp, key, _I32, 4))
+        tp = _data(context, builder, signature.args[2], args[2])
+        return _prepare(context, builder, signature.args, args[:11], lambda key: _gather(builder, tp, key, _I32, 4),
+                        ent=(signature.args[11], args[11]))
 
     return sig, codegen
 
@@ -815,18 +823,32 @@ def encode_prepare16_window(typingctx, words, at, symwin, em, shift, sym, out, p
 
 
 @intrinsic
-def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk):
+def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk, ent,
+                           zero_ent):
     """:func:`encode_prepare16_window` for a chunk with ZERO symbols: a +0 value gets SYM_ZERO and no
     residual, the others' residuals go to plane indices ``kk, kk+1, ...`` in order (``n_sm``: the
     chunk's non-ZERO values).  Returns the escapes ``| (residuals written) << 32``.  Each byte plane
     gets a 16-byte store at ``kk`` (the caller keeps ``kk + 16 <= n_sm``), the remainder plane a
     16-byte store from the byte holding bit ``kk * rem``, whose lower bits it keeps: values must be
-    prepared in increasing order and ``out`` needs 16 spare bytes after the plane."""
-    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk)
+    prepared in increasing order and ``out`` needs 16 spare bytes after the plane.  Where there are
+    no permutes ``symwin`` holds packed entries (u32: see PACK_F; entry 2 * WINDOW is ESC's), which go to
+    ``ent`` as in :func:`encode_prepare16` (``zero_ent``: SYM_ZERO's); with permutes ``ent`` is unused."""
+    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk, ent, zero_ent)
 
     def codegen(context, builder, signature, args):
-        return _prepare(context, builder, signature.args, args[:11], _window_lookup(context, builder, signature.args, args),
-                        kkv=args[12])
+        st = signature.args
+        if PERMUTE:
+            return _prepare(context, builder, st, args[:11], _window_lookup(context, builder, st, args), kkv=args[12])
+        tp = _data(context, builder, st[2], args[2])
+        basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
+
+        def lookup(key):
+            j = builder.sub(key, basev)
+            inside = builder.icmp_unsigned("<", j, _splat(_I32, 2 * WINDOW))
+            return _gather(builder, tp, builder.select(inside, j, _splat(_I32, 2 * WINDOW)), _I32, 4)
+
+        return _prepare(context, builder, st, args[:11], lookup, kkv=args[12], ent=(st[13], args[13]),
+                        zero_ent=_broadcast(builder, _I32, builder.trunc(args[14], _I32)))
 
     return sig, codegen
 
@@ -849,10 +871,11 @@ def _window_lookup(context, builder, st, args):
     return lookup
 
 
-def _prepare(context, builder, st, args, lookup, kkv=None):
-    """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``.
-    ``kkv``: the plane index of the group's first residual in a chunk with ZERO symbols (see
-    encode_prepare16_zeros), None in a dense chunk."""
+def _prepare(context, builder, st, args, lookup, kkv=None, ent=None, zero_ent=None):
+    """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``,
+    or their packed entries (see PACK_F) where ``ent`` (type, array) is given: they are stored there
+    (``zero_ent``: SYM_ZERO's, with ``kkv``).  ``kkv``: the plane index of the group's first residual
+    in a chunk with ZERO symbols (see encode_prepare16_zeros), None in a dense chunk."""
     wa, atv, _, emv, shiftv, sa, oa, planev, nsmv, fullv, remv = args
     w = _load_words16(builder, context, st[0], wa, atv)
     vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
@@ -865,8 +888,12 @@ def _prepare(context, builder, st, args, lookup, kkv=None):
     pos = atv
     if kkv is not None:
         nonzero = builder.icmp_unsigned("!=", w, _splat(_I32, 0))
-        s = builder.select(nonzero, s, _splat(_I32, SYM_ZERO))
+        s = builder.select(nonzero, s, _splat(_I32, SYM_ZERO) if ent is None else zero_ent)
         pos = kkv
+    if ent is not None:
+        builder.store(s, _at(builder, _data(context, builder, ent[0], ent[1]), builder.shl(atv, ir.Constant(_I64, 2)),
+                             _vec(_I32)), align=4)
+        s = builder.and_(s, _splat(_I32, (1 << PACK_F) - 1))
     builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv, _vec(_I8)),
                   align=1)
     sh = vec32(shiftv)
@@ -949,17 +976,24 @@ def _divmod_f32(builder, x, f):
     return builder.sub(q, under), builder.sub(r, builder.and_(f, under))
 
 
-def _encode_round(context, builder, st, xa, lane0v, sa, atv, wa, posv, lookup):
-    """rans_encode16's round; ``lookup(s)`` gives (``f | cum << 16``, 1/f or None) of symbols ``s``
-    (i32 lanes); with None the quotient comes from :func:`_divmod_f32`."""
+def _symbols16(context, builder, st, sa, atv, lookup):
+    """An _encode_round's ``operands``: the symbols ``sym[at:at+16]`` (array ``sa`` of type ``st[2]``) looked
+    up by ``lookup(s)`` -> (``f | cum << 16``, 1/f or None)."""
+    def operands():
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
+                         _vec(_I32))
+        fc, inv = lookup(s)
+        return builder.and_(fc, _splat(_I32, 0xFFFF)), builder.lshr(fc, _splat(_I32, 16)), inv
+    return operands
+
+
+def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands):
+    """rans_encode16's round; ``operands()`` gives (f, cum, 1/f or None) of the 16 lanes' symbols (i32
+    lanes; f64); with None the quotient comes from :func:`_divmod_f32`."""
     xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
                          _vec(_I32).as_pointer())
     xv = builder.load(xp, align=4)
-    s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
-                     _vec(_I32))
-    fc, inv = lookup(s)
-    f = builder.and_(fc, _splat(_I32, 0xFFFF))
-    cum = builder.lshr(fc, _splat(_I32, 16))
+    f, cum, inv = operands()
     need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
     cnt = _popcount16(builder, need)
     pos = builder.sub(posv, cnt)
@@ -979,7 +1013,7 @@ def _encode_round(context, builder, st, xa, lane0v, sa, atv, wa, posv, lookup):
 
 
 @intrinsic
-def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
+def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos):
     """Push the symbols ``sym[at:at+16]`` onto lanes ``lane0..lane0+15``; returns the new ``pos``.
     Scalar equivalent (the flushed words are stored below ``pos``, in lane order)::
 
@@ -987,17 +1021,17 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, inv, wbuf, pos):
             s = sym[at + lane - lane0];  f = ftab[s] & 0xFFFF;  cum = ftab[s] >> 16
             if x[lane] >= f << 20:                         # flush 16 bits
                 pos -= 1;  wbuf[pos] = x[lane] & 0xFFFF;  x[lane] >>= 16
-            q = int(x[lane] * inv[s] + 2**-14)             # == x // f (see codec._numba)
+            q = x[lane] // f                               # by _divmod_f32
             x[lane] = (q << 12) + x[lane] - q * f + cum
     """
-    sig = types.int64(x, lane0, sym, at, ftab, inv, wbuf, pos)
+    sig = types.int64(x, lane0, sym, at, ftab, wbuf, pos)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, sa, atv, fa, ia, wa, posv = args
+        xa, lane0v, sa, atv, fa, wa, posv = args
         st = signature.args
-        fp, ip = _data(context, builder, st[4], fa), _data(context, builder, st[5], ia)
-        return _encode_round(context, builder, st, xa, lane0v, sa, atv, (6, wa), posv,
-                             lambda s: (_gather(builder, fp, s, _I32, 4), None))
+        fp = _data(context, builder, st[4], fa)
+        return _encode_round(context, builder, st, xa, lane0v, (5, wa), posv,
+                             _symbols16(context, builder, st, sa, atv, lambda s: (_gather(builder, fp, s, _I32, 4), None)))
 
     return sig, codegen
 
@@ -1012,8 +1046,30 @@ def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos)
         xa, lane0v, sa, atv, ra, fa, ia, wa, posv = args
         st = signature.args
         rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((4, ra), (5, fa), (6, ia)))
-        return _encode_round(context, builder, st, xa, lane0v, sa, atv, (7, wa), posv,
-                             lambda s: _ranked_lookup(builder, rp, fp, ip, s))
+        return _encode_round(context, builder, st, xa, lane0v, (7, wa), posv,
+                             _symbols16(context, builder, st, sa, atv, lambda s: _ranked_lookup(builder, rp, fp, ip, s)))
+
+    return sig, codegen
+
+
+@intrinsic
+def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos):
+    """:func:`rans_encode16` with each value's symbol given by its packed entry ``ent[at:at+16]`` (u32,
+    see PACK_F, written by the prepare pass): f and cum by a plain load, the quotient by
+    :func:`_divmod_f32`.  The rounds of targets without permutes."""
+    sig = types.int64(x, lane0, ent, at, wbuf, pos)
+
+    def codegen(context, builder, signature, args):
+        xa, lane0v, ea, atv, wa, posv = args
+        st = signature.args
+
+        def operands():
+            p = builder.load(_at(builder, _data(context, builder, st[2], ea), builder.shl(atv, ir.Constant(_I64, 2)),
+                                 _vec(_I32)), align=4)
+            f = builder.and_(builder.lshr(p, _splat(_I32, PACK_F)), _splat(_I32, (1 << (PACK_CUM - PACK_F)) - 1))
+            return f, builder.lshr(p, _splat(_I32, PACK_CUM)), None
+
+        return _encode_round(context, builder, st, xa, lane0v, (4, wa), posv, operands)
 
     return sig, codegen
 

@@ -273,14 +273,14 @@ def test_stream_moves_compile_to_the_chosen_instructions():
     assert _simd.STREAM_MOVES == want
 
     @njit(cache=False)
-    def push(x, sym, ftab, inv, wbuf):
-        return _simd.rans_encode16(x, 0, sym, 0, ftab, inv, wbuf, 64)
+    def push(x, sym, ftab, wbuf):
+        return _simd.rans_encode16(x, 0, sym, 0, ftab, wbuf, 64)
 
     sym = (np.arange(16) % 5 == 0).astype(np.uint8)                          # lanes 0, 5, 10, 15: symbol 1
     ftab = np.where(np.arange(256) == 1, 1 << 11, 1).astype(np.uint32)       # f = 2^11: flush from 2^31
     x = np.where(sym == 1, 1 << 30, 1 << 31).astype(np.uint32) + 7 * np.arange(16, dtype=np.uint32)
     wbuf = np.zeros(64, np.uint16)
-    pos = push(x.copy(), sym, ftab, 1.0 / (ftab & 0xFFFF), wbuf)
+    pos = push(x.copy(), sym, ftab, wbuf)
     flushed = x[sym == 0] & 0xFFFF                                           # in lane order, below pos
     below = 8 if want == "shuffle" else 0          # the shuffle stores may write 8 words below pos
     assert pos == 64 - len(flushed) and np.array_equal(wbuf[pos:], flushed) and not wbuf[:pos - below].any()
