@@ -528,7 +528,8 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     if not PERMUTE:
         for i in range(vec_end, m):
             ent[i] = packsym[sym[i]]
-    # rANS.  x // f via a double reciprocal: see _rans_put.
+    # rANS.  x // f via a double reciprocal in the one-lane and ranked rounds (see _rans_put); the packed
+    # and unranked rounds divide in single precision with an exact correction (codec._simd._divmod_f32)
     ftab = np.empty(N_SYMBOLS, np.uint32)
     inv = np.empty(N_SYMBOLS, np.float64)
     for t in range(N_SYMBOLS):
