@@ -8,7 +8,8 @@ concatenated) in bfloat16, float16 and float32, Gaussians in float16/float32, an
 inputs with exact zeros: a ReLU's outputs (half +0) and a sum of two tensors (rare +0).  Every
 figure is the best of ``--repeat`` runs, reported as MB/s of uncompressed data, as a ratio to
 ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` bandwidth measured
-in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 numba threads.
+in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 codec threads,
+alternating call by call (a slow spell of the shared host hits both).
 Every output is fresh, its page faults paid (as ZipNN pays its own; consecutive runs of one codec,
 so that no run decodes into memory another codec just freed); ``dec_out_vs_zipnn`` is single-
 thread ``decode(blob, out=buf)`` into a reused buffer, as a training loop would call it, and
@@ -223,24 +224,38 @@ def main(argv=None) -> int:
         z_dec = min(r[2] for r in z)
         row = {"input": name, "dtype": x.dtype.name, "MB": mb, "memcpy_MBps": mb / mcp,
                "zipnn_ratio": x.nbytes / z[0][0], "zipnn_enc_MBps": mb / z_enc, "zipnn_dec_MBps": mb / z_dec}
-        for threads in (1, 2):
+        # one and two threads alternate call by call (the host is shared: a slow spell then hits both
+        # thread counts, not only the one being timed), the best of ``repeat`` calls of each kept
+        best: dict[tuple[str, int], float] = {}
+
+        def timed(key, fn):
+            t = time.perf_counter()
+            result = fn()
+            best[key] = min(best.get(key, float("inf")), time.perf_counter() - t)
+            return result
+
+        blob = codec.encode(x)
+        buf = np.empty(codec.max_encoded_size(x), np.uint8)
+        y_out = np.empty_like(x)
+        for threads in (1, 2):                                  # untimed: settle each thread count
             codec.set_num_threads(threads)
-            codec.decode(codec.encode(x))                       # untimed: settle the thread count
-            te, blob = _best(lambda: codec.encode(x), args.repeat)
-            td, y = _best(lambda: codec.decode(blob), args.repeat)
-            assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
-            row["zipccl_ratio"] = x.nbytes / len(blob)
-            row[f"enc_MBps_t{threads}"] = mb / te
-            row[f"dec_MBps_t{threads}"] = mb / td
-            # into a buffer that is reused (no page faults): decode(out=y)
-            row[f"dec_out_MBps_t{threads}"] = mb / _best(lambda: codec.decode(blob, out=y), args.repeat)[0]
-            # encode(out=buf) into a reused buffer: the codec's own scaling, without the allocator's luck
-            # (whether a fresh output gets recycled pages or faults new ones differs from call to call)
-            buf = np.empty(codec.max_encoded_size(x), np.uint8)
-            te_out, view = _best(lambda: codec.encode(x, out=buf), args.repeat)
-            assert bytes(view) == bytes(blob)
-            row[f"enc_out_MBps_t{threads}"] = mb / te_out
-            y = buf = view = None      # free the outputs before the next configuration
+            codec.decode(codec.encode(x))
+        for _ in range(args.repeat):
+            for threads in (1, 2):
+                codec.set_num_threads(threads)
+                blob = timed(("enc", threads), lambda: codec.encode(x))
+                y = timed(("dec", threads), lambda: codec.decode(blob))
+                assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
+                y = None
+                # into a buffer that is reused (no page faults): decode(out=y_out), encode(out=buf)
+                timed(("dec_out", threads), lambda: codec.decode(blob, out=y_out))
+                view = timed(("enc_out", threads), lambda: codec.encode(x, out=buf))
+                assert bytes(view) == bytes(blob)
+                view = None
+        row["zipccl_ratio"] = x.nbytes / len(blob)
+        for (op, threads), seconds in best.items():
+            row[f"{op}_MBps_t{threads}"] = mb / seconds
+        blob = buf = y_out = None      # free the outputs before the next input
         row["enc_vs_zipnn"] = row["enc_MBps_t1"] / row["zipnn_enc_MBps"]
         row["dec_vs_zipnn"] = row["dec_MBps_t1"] / row["zipnn_dec_MBps"]
         row["dec_out_vs_zipnn"] = row["dec_out_MBps_t1"] / row["zipnn_dec_MBps"]
