@@ -256,11 +256,15 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     if dst is None:
         impl.shrink(buf, end)
     head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs if checksum else None)
+    slack = pos - len(head)              # a compact head is shorter than the fixed-width one coded behind
     if dst is None:
-        buf[:len(head)] = head
+        buf[slack:pos] = head
+        del buf[:slack]                  # O(1): a bytearray's front is dropped by moving its start
         return buf
+    if slack:                            # the stream starts at out[0]: move the payloads (a compact
+        dst[len(head):end - slack] = dst[pos:end]     # head: at most COMPACT_MAX_CHUNKS chunks of them)
     dst[:len(head)] = np.frombuffer(head, np.uint8)
-    return result(end)
+    return result(end - slack)
 
 
 def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None, max_numel=None):

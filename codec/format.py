@@ -1,12 +1,13 @@
-"""The zipccl stream format, versions 1 and 2: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 4: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (3; 1 and 2 are still read, see "Versions" below)
+    4       1         format version (4; 1 to 3 are still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
-    6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor
+    6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor,
+                      bit2 compact head (version 4; the layout below "Compact head" follows)
     7       1         ndim (<= 32)
     8       4  u32    chunk_size, values per chunk (the last chunk may be shorter)
     12      2  u16    codebook family version (FAMILY_OF_VERSION: 1 in versions 1-2, 2 in version 3)
@@ -50,9 +51,29 @@ of 128, and fewer rANS lanes), and its streams name codebook family 2 (family 1'
 same ids, plus four wider log-normal shapes); its encoder fits the shape by the code length of a
 sample (codec.codebook).  The encoder writes version 3.
 
+Version 4 added the compact head (FLAG_COMPACT), for streams of at most COMPACT_MAX_CHUNKS chunks, where
+the fixed-width head is most of a small tensor's stream (a LayerNorm vector, a bias, an all-zero
+optimizer state: 33 of 39 bytes)::
+
+    offset  size      field
+    0       8         magic, version, dtype, flags (with FLAG_COMPACT), ndim: as above
+    8       varint    chunk_size
+            varint    each dimension of the shape
+            ceil(n_chunks / 4)  the kinds, 2 bits a chunk (chunk i in bits 2(i % 4) of byte i // 4)
+            varint    the payload size of each CODED chunk, in chunk order (RAW and CONST chunks' sizes
+                      follow from their kind: n*w and w bytes)
+            4*n_chunks  u32 CRC32C of each payload            (only with checksums)
+            4         u32 CRC32C of every byte above           (only with checksums)
+
+(varint: unsigned LEB128, 7 bits a byte, low group first, the shortest form only.)  The codebook
+family is version 4's (FAMILY_OF_VERSION); payloads are version 3's.  The encoder writes the compact
+head wherever it may (at most COMPACT_MAX_CHUNKS chunks) and is shorter, the fixed-width one otherwise
+(with version 4 and bit 2 clear).
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
-Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``,
-since a chunk that would not shrink is stored RAW.
+Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
+(:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
+stored RAW.
 
 The rANS stream of a CODED chunk: value ``i`` belongs to lane ``i % K`` (``K = LANES(n)``);
 the decoder starts from the K states and, round ``r = 0, 1, ...``, lane ``l = 0..K-1``,
@@ -72,11 +93,14 @@ from .layouts import FloatLayout, layout_by_code, packed_nbytes
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 3                # what the encoder writes
-READ_VERSIONS = (1, 2, 3)         # what the decoders read
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2}   # the codebook family each format version's streams use
+FORMAT_VERSION = 4                # what the encoder writes
+READ_VERSIONS = (1, 2, 3, 4)      # what the decoders read
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2}   # the codebook family each format version's streams use
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
+FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
+COMPACT_MAX_CHUNKS = 4            # the most chunks a compact head describes
+COMPACT_FIXED = 8                 # magic, version, dtype, flags, ndim
 KIND_RAW, KIND_CODED, KIND_CONST = 0, 1, 2
 KIND_NAMES = {KIND_RAW: "raw", KIND_CODED: "coded", KIND_CONST: "const"}
 MAX_NDIM = 32
@@ -233,19 +257,66 @@ class Header:
 
 
 def header_nbytes(ndim: int, n_chunks: int, checksum: bool) -> int:
-    """Bytes before the first payload: header, shape and chunk table (and CRCs)."""
+    """Bytes of the fixed-width head: header, shape and chunk table (and CRCs).  No head the encoder
+    writes is longer (a compact one is shorter): encoders code the payloads from this offset and put
+    the head right before them (:func:`pack_header`)."""
     return STREAM_HEAD.size + 8 * ndim + 9 * n_chunks + (4 * n_chunks + 4 if checksum else 0)
 
 
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _read_varint(mv, pos: int, what: str) -> tuple[int, int]:
+    """``(value, next offset)`` of the varint at ``pos``; FormatError if it runs past the buffer, is
+    longer than 9 bytes (63 bits) or not in its shortest form."""
+    v = 0
+    for k in range(9):
+        if pos + k >= len(mv):
+            raise FormatError(f"stream truncated inside the compact head's {what}")
+        b = mv[pos + k]
+        v |= (b & 0x7F) << (7 * k)
+        if not b & 0x80:
+            if b == 0 and k:
+                raise FormatError(f"compact head's {what} is not in its shortest form")
+            return v, pos + k + 1
+    raise FormatError(f"compact head's {what} is longer than 9 bytes")
+
+
+def _compact_table(kinds, sizes) -> bytes:
+    kinds = np.asarray(kinds, dtype=np.uint8)
+    packed = np.zeros(-(-len(kinds) // 4), dtype=np.uint8)
+    for i, k in enumerate(kinds.tolist()):
+        packed[i >> 2] |= k << (2 * (i & 3))
+    coded = [int(v) for k, v in zip(kinds.tolist(), np.asarray(sizes).tolist()) if k == KIND_CODED]
+    return packed.tobytes() + b"".join(_varint(v) for v in coded)
+
+
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
-                family_version: int = FAMILY_VERSION) -> bytes:
-    """Header and chunk table for payloads of the given ``sizes``."""
+                family_version: int = FAMILY_VERSION, *, compact: bool | None = None) -> bytes:
+    """Header and chunk table for payloads of the given ``sizes``: the compact head (FLAG_COMPACT) where
+    there are at most COMPACT_MAX_CHUNKS chunks and it is shorter, else the fixed-width one (never
+    longer than :func:`header_nbytes`).  ``compact``: True / False asks for that layout (for tests;
+    True only where a compact head can describe the chunks)."""
     shape = tuple(int(s) for s in shape)
-    parts = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
+    flags &= ~FLAG_COMPACT
+    n_chunks = len(kinds)
+    fixed = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
                               chunk_size=chunk_size, family=family_version, reserved=0),
              struct.pack(f"<{len(shape)}Q", *shape),
              np.asarray(kinds, dtype=np.uint8).tobytes(),
              np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
+    parts = fixed
+    if n_chunks <= COMPACT_MAX_CHUNKS and compact is not False:
+        short = [MAGIC + bytes([FORMAT_VERSION, lay.code, flags | FLAG_COMPACT, len(shape)]),
+                 _varint(chunk_size), b"".join(_varint(d) for d in shape), _compact_table(kinds, sizes)]
+        if compact or sum(map(len, short)) < sum(map(len, fixed)):
+            parts = short
     if flags & FLAG_CHECKSUM:
         parts.append(np.asarray(crcs, dtype="<u4").tobytes())
         head = b"".join(parts)
@@ -253,12 +324,31 @@ def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, siz
     return b"".join(parts)
 
 
+def _is_compact(mv) -> bool:
+    return len(mv) >= COMPACT_FIXED and mv[4] >= 4 and bool(mv[6] & FLAG_COMPACT)
+
+
+def _compact_bound(ndim: int, checksum: bool) -> int:
+    """The longest compact head of ``ndim`` dimensions: varints of a chunk size (<= 2^20: 3 bytes), of
+    dimensions (< 2^63: 9 bytes) and of payload sizes (< 2^28: 4 bytes)."""
+    n = COMPACT_MAX_CHUNKS
+    return COMPACT_FIXED + 3 + 9 * ndim + -(-n // 4) + 4 * n + (4 * n + 4 if checksum else 0)
+
+
 def header_extent(prefix) -> int:
     """Bytes of header, shape and chunk table (CRCs included) of the stream whose first bytes are
     ``prefix`` (at least ``16 + 8 * MAX_NDIM`` of them, or the whole stream): how much of a stream kept
-    elsewhere (on a GPU) :func:`parse_header` needs to see.  Nothing is validated here; a value that
-    makes no sense comes back small, and ``parse_header`` then says what is wrong."""
+    elsewhere (on a GPU) :func:`parse_header` needs to see (at most that many more than ``prefix``
+    when the prefix ends inside a compact head: then ask again with them).  Nothing is validated here;
+    a value that makes no sense comes back small, and ``parse_header`` then says what is wrong."""
     mv = memoryview(prefix).cast("B")
+    if _is_compact(mv):
+        ndim = min(mv[7], MAX_NDIM)
+        try:
+            _, _, _, _, _, pos = _parse_compact(mv, len(mv) + (1 << 62))
+        except FormatError:
+            return max(len(mv), min(_compact_bound(ndim, bool(mv[6] & FLAG_CHECKSUM)), len(mv) + 64))
+        return pos
     if len(mv) < STREAM_HEAD.size:
         return STREAM_HEAD.size
     sh = STREAM_HEAD.unpack_from(mv, 0)
@@ -269,6 +359,69 @@ def header_extent(prefix) -> int:
     if numel > MAX_NUMEL:
         return STREAM_HEAD.size + 8 * ndim
     return header_nbytes(ndim, -(-numel // chunk_size), bool(flags & FLAG_CHECKSUM))
+
+
+def _check_shape(chunk_size: int, shape) -> int:
+    """The number of chunks of a head's chunk size and shape, checked."""
+    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise FormatError(f"chunk size {chunk_size} outside [1, {MAX_CHUNK_SIZE}]")
+    if any(d >= 1 << 63 for d in shape):                 # no array library can hold such a dimension
+        raise FormatError(f"shape {tuple(shape)} has a dimension of 2**63 or more")
+    numel = math.prod(shape)
+    if numel > MAX_NUMEL:
+        raise FormatError(f"shape {tuple(shape)} has {numel} elements, more than {MAX_NUMEL}")
+    return -(-numel // chunk_size)
+
+
+def _parse_compact(mv, size: int):
+    """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset)`` (ends unchecked
+    against the stream's ``size`` but for the CRCs' position); raises :class:`FormatError`."""
+    ndim = mv[7]
+    if ndim > MAX_NDIM:
+        raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
+    chunk_size, pos = _read_varint(mv, COMPACT_FIXED, "chunk size")
+    shape = []
+    for _ in range(ndim):
+        d, pos = _read_varint(mv, pos, "shape")
+        shape.append(d)
+    n_chunks = _check_shape(chunk_size, shape)
+    if n_chunks > COMPACT_MAX_CHUNKS:
+        raise FormatError(f"compact head describes {n_chunks} chunks, at most {COMPACT_MAX_CHUNKS} allowed")
+    nk = -(-n_chunks // 4)
+    if len(mv) < pos + nk:
+        raise FormatError("stream truncated inside the compact head's kinds")
+    packed = np.frombuffer(mv, np.uint8, nk, pos).astype(np.int64)
+    pos += nk
+    kinds = ((packed.repeat(4)[:n_chunks] >> (2 * (np.arange(n_chunks) & 3))) & 3).astype(np.uint8)
+    if n_chunks % 4 and packed[-1] >> (2 * (n_chunks % 4)):
+        raise FormatError("compact head's kinds byte has padding bits set")
+    unknown = np.flatnonzero(kinds > KIND_CONST)
+    if len(unknown):
+        raise FormatError(f"chunk {int(unknown[0])} has unknown kind {int(kinds[unknown[0]])}")
+    lay = layout_by_code(mv[5])
+    if lay is None:
+        raise FormatError(f"unknown dtype code {mv[5]}")
+    itemsize = lay.itemsize
+    sizes = np.zeros(n_chunks, np.int64)
+    for i, k in enumerate(kinds.tolist()):
+        if k == KIND_CODED:
+            sizes[i], pos = _read_varint(mv, pos, "payload sizes")
+            if sizes[i] > size:
+                raise FormatError("chunk table points past the end of the stream")
+        else:
+            sizes[i] = itemsize * (min(chunk_size, math.prod(shape) - i * chunk_size) if k == KIND_RAW else 1)
+    crcs = None
+    if mv[6] & FLAG_CHECKSUM:
+        if len(mv) < pos + 4 * n_chunks + 4:
+            raise FormatError(f"stream truncated: the compact head's checksums need {4 * n_chunks + 4} bytes, "
+                              f"{len(mv) - pos} left")
+        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
+        pos += 4 * n_chunks
+        (stored,) = struct.unpack_from("<I", mv, pos)
+        if crc32c(mv[:pos]) != stored:
+            raise FormatError("header checksum mismatch: header or chunk table corrupted")
+        pos += 4
+    return chunk_size, tuple(shape), kinds, np.cumsum(sizes), crcs, pos
 
 
 def parse_header(buf, length: int | None = None) -> Header:
@@ -283,56 +436,60 @@ def parse_header(buf, length: int | None = None) -> Header:
     size = len(mv) if length is None else int(length)
     if length is not None and len(mv) < min(size, header_extent(mv)):
         raise ValueError(f"parse_header needs the first {header_extent(mv)} bytes, got {len(mv)}")
-    if len(mv) < STREAM_HEAD.size:
-        raise FormatError(f"stream too short for a header ({len(mv)} < {STREAM_HEAD.size} bytes)")
-    magic, version, code, flags, ndim, chunk_size, fam, reserved = STREAM_HEAD.unpack_from(mv, 0)
+    least = COMPACT_FIXED if _is_compact(mv) else STREAM_HEAD.size
+    if len(mv) < least:
+        raise FormatError(f"stream too short for a header ({len(mv)} < {least} bytes)")
+    magic, version, code, flags = bytes(mv[:4]), mv[4], mv[5], mv[6]
     if magic != MAGIC:
-        raise FormatError(f"not a zipccl stream (magic {bytes(magic)!r}, expected {MAGIC!r})")
+        raise FormatError(f"not a zipccl stream (magic {magic!r}, expected {MAGIC!r})")
     if version not in READ_VERSIONS:
         raise FormatError(f"unsupported format version {version} (this build reads "
                           f"{', '.join(map(str, READ_VERSIONS))})")
     lay = layout_by_code(code)
     if lay is None:
         raise FormatError(f"unknown dtype code {code}")
-    if flags & ~(FLAG_CHECKSUM | FLAG_TORCH) or reserved:
-        raise FormatError(f"unknown flags {flags:#x} or reserved field {reserved}")
-    if fam != FAMILY_OF_VERSION[version]:
-        raise FormatError(f"codebook family version {fam} is not format version {version}'s "
-                          f"({FAMILY_OF_VERSION[version]})")
-    if ndim > MAX_NDIM:
-        raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
-    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-        raise FormatError(f"chunk size {chunk_size} outside [1, {MAX_CHUNK_SIZE}]")
-    pos = STREAM_HEAD.size
-    if len(mv) < pos + 8 * ndim:
-        raise FormatError("stream truncated inside the shape")
-    shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
-    pos += 8 * ndim
-    if any(d >= 1 << 63 for d in shape):                 # no array library can hold such a dimension
-        raise FormatError(f"shape {shape} has a dimension of 2**63 or more")
-    numel = math.prod(shape)
-    if numel > MAX_NUMEL:
-        raise FormatError(f"shape {shape} has {numel} elements, more than {MAX_NUMEL}")
-    n_chunks = -(-numel // chunk_size)
-    checksum = bool(flags & FLAG_CHECKSUM)
-    table = n_chunks * (13 if checksum else 9) + (4 if checksum else 0)
-    if len(mv) - pos < table:
-        raise FormatError(f"stream truncated: chunk table of {n_chunks} chunks needs {table} bytes, "
-                          f"{len(mv) - pos} left")
-    # copies, not views: the header must not change if the caller's buffer does (decoding into an
-    # ``out`` that overlaps the stream would otherwise rewrite the chunk table under the decoder)
-    kinds = np.frombuffer(mv, dtype=np.uint8, count=n_chunks, offset=pos).copy()
-    pos += n_chunks
-    ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
-    pos += 8 * n_chunks
-    crcs = None
-    if checksum:
-        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
-        pos += 4 * n_chunks
-        (stored,) = struct.unpack_from("<I", mv, pos)
-        if crc32c(mv[:pos]) != stored:
-            raise FormatError("header checksum mismatch: header or chunk table corrupted")
-        pos += 4
+    known = FLAG_CHECKSUM | FLAG_TORCH | (FLAG_COMPACT if version >= 4 else 0)
+    if flags & ~known:
+        raise FormatError(f"unknown flags {flags:#x} in a version-{version} stream")
+    fam = FAMILY_OF_VERSION[version]
+    if flags & FLAG_COMPACT:
+        chunk_size, shape, kinds, ends_u, crcs, pos = _parse_compact(mv, size)
+        n_chunks = len(kinds)
+    else:
+        _, _, _, _, ndim, chunk_size, fam_field, reserved = STREAM_HEAD.unpack_from(mv, 0)
+        if reserved:
+            raise FormatError(f"reserved field {reserved} is not 0")
+        if fam_field != fam:
+            raise FormatError(f"codebook family version {fam_field} is not format version {version}'s ({fam})")
+        if ndim > MAX_NDIM:
+            raise FormatError(f"ndim {ndim} exceeds {MAX_NDIM}")
+        if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+            raise FormatError(f"chunk size {chunk_size} outside [1, {MAX_CHUNK_SIZE}]")
+        pos = STREAM_HEAD.size
+        if len(mv) < pos + 8 * ndim:
+            raise FormatError("stream truncated inside the shape")
+        shape = struct.unpack_from(f"<{ndim}Q", mv, pos)
+        pos += 8 * ndim
+        n_chunks = _check_shape(chunk_size, shape)
+        checksum = bool(flags & FLAG_CHECKSUM)
+        table = n_chunks * (13 if checksum else 9) + (4 if checksum else 0)
+        if len(mv) - pos < table:
+            raise FormatError(f"stream truncated: chunk table of {n_chunks} chunks needs {table} bytes, "
+                              f"{len(mv) - pos} left")
+        # copies, not views: the header must not change if the caller's buffer does (decoding into an
+        # ``out`` that overlaps the stream would otherwise rewrite the chunk table under the decoder)
+        kinds = np.frombuffer(mv, dtype=np.uint8, count=n_chunks, offset=pos).copy()
+        pos += n_chunks
+        ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
+        pos += 8 * n_chunks
+        crcs = None
+        if checksum:
+            crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
+            pos += 4 * n_chunks
+            (stored,) = struct.unpack_from("<I", mv, pos)
+            if crc32c(mv[:pos]) != stored:
+                raise FormatError("header checksum mismatch: header or chunk table corrupted")
+            pos += 4
     if n_chunks and int(ends_u.max()) > size - pos:
         raise FormatError("chunk table points past the end of the stream")
     ends = ends_u.astype(np.int64)

@@ -661,5 +661,6 @@ def encode_stream(words, lay, shape, chunk_size: int, flags: int, *, kernels=Non
         ends = np.cumsum(sizes)
         crcs = [fmt.crc32c(host[a:b]) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
     head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs)
-    out[:head_nbytes] = torch.frombuffer(bytearray(head), dtype=torch.uint8).to(out.device)
-    return out
+    slack = head_nbytes - len(head)         # a compact head is shorter: the stream starts later
+    out[slack:head_nbytes] = torch.frombuffer(bytearray(head), dtype=torch.uint8).to(out.device)
+    return out[slack:]

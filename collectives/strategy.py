@@ -126,6 +126,22 @@ def codec_throughput(reps: int = 5) -> tuple[float, float]:
 
 
 @functools.cache
+def codec_call_seconds(reps: int = 20) -> float:
+    """Seconds one encode plus one decode call cost beyond their bytes (argument checks, the header,
+    starting the kernel): those of 64 values, the fastest of ``reps``.  Throughput alone priced a
+    64-value frame at nanoseconds, so a stream a few bytes shorter than the raw values (a compact head)
+    made compression look free where each call costs tens of microseconds."""
+    x = np.random.default_rng(0).normal(0, 0.02, 64).astype(ml_dtypes.bfloat16)
+    codec.decode(codec.encode(x))
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        codec.decode(codec.encode(x))
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+@functools.cache
 def add_throughput(reps: int = 5) -> float:
     """Bytes per second of a bfloat16 ``a.add_(b)`` on one thread (the reduction's additions), the
     fastest of ``reps``."""
@@ -178,20 +194,24 @@ def _overlapped(enc_s: float, dec_s: float, cores: float) -> float:
 
 
 def ring_costs(op: str, nbytes: int, world: int, link: Link, ratio: float, enc: float, dec: float,
-               add: float | None = None) -> tuple[float, float, float]:
+               add: float | None = None, call: float | None = None) -> tuple[float, float, float]:
     """``(wire, encode, decode)`` seconds of one rank's compressed ring for ``op`` on ``nbytes`` per rank:
     the wire time of the coded bytes it sends, and its encode and decode(+add) CPU seconds on one core.
     all_reduce: 2(N-1) hops of nbytes/N; the reduce-scatter encodes N shards' worth (its own, then each
     partial sum), decodes and adds N-1; the all-gather decodes N-1 (the bytes are forwarded as they
-    came).  all_gather: N-1 hops of nbytes, one encode, N-1 decodes."""
+    came).  all_gather: N-1 hops of nbytes, one encode, N-1 decodes.  Every codec call (one a slice)
+    also costs half of ``call`` (:func:`codec_call_seconds`) beyond its bytes."""
     n = world
+    call = codec_call_seconds() if call is None else call
     if op == "all_reduce":
         add = add_throughput() if add is None else add
         shard = nbytes / n
+        calls = max(1, -(-int(shard) // slice_size(int(shard)))) * call / 2      # per shard, encode or decode
         wire = 2 * (n - 1) * (link.alpha + shard / (link.beta * ratio))
-        return wire, n * shard / enc, 2 * (n - 1) * shard / dec + (n - 1) * shard / add
+        return wire, n * (shard / enc + calls), 2 * (n - 1) * (shard / dec + calls) + (n - 1) * shard / add
     if op == "all_gather":
-        return (n - 1) * (link.alpha + nbytes / (link.beta * ratio)), nbytes / enc, (n - 1) * nbytes / dec
+        calls = max(1, -(-int(nbytes) // slice_size(int(nbytes)))) * call / 2
+        return (n - 1) * (link.alpha + nbytes / (link.beta * ratio)), nbytes / enc + calls, (n - 1) * (nbytes / dec + calls)
     raise ValueError(f"no ring cost model for {op!r}")
 
 
@@ -223,10 +243,11 @@ def predict_all_reduce(nbytes: int, world: int, link: Link, ratio: float, enc: f
     shard = nbytes / n
     plain = hops * (link.alpha + shard / link.beta)
     wire, enc_s, dec_s = ring_costs("all_reduce", nbytes, world, link, ratio, enc, dec, add)
+    call = codec_call_seconds()
     piece = min(slice_size(int(shard)), shard)
-    fill = hops * (piece / enc + piece / dec)
+    fill = hops * (piece / enc + piece / dec + call)
     ring = max(wire, _overlapped(enc_s, dec_s, cores)) + fill
-    gather_cpu = nbytes / enc + (n - 1) * nbytes / dec + (n - 1) * nbytes / add
+    gather_cpu = nbytes / enc + (n - 1) * nbytes / dec + (n - 1) * nbytes / add + n * call / 2
     gather_wire = (n - 1) * (link.alpha + nbytes / (link.beta * ratio))
     gather = gather_wire + gather_cpu / min(cores, 1.0)
     if while_computing:
@@ -242,7 +263,7 @@ def predict_all_gather(nbytes: int, world: int, link: Link, ratio: float, enc: f
     plain = (n - 1) * (link.alpha + nbytes / link.beta)
     wire, enc_s, dec_s = ring_costs("all_gather", nbytes, world, link, ratio, enc, dec)
     piece = min(slice_size(nbytes), nbytes)
-    fill = (n - 1) * (piece / enc + piece / dec)
+    fill = (n - 1) * (piece / enc + piece / dec + codec_call_seconds())
     return {"uncompressed": plain, "compressed-gather": max(wire, _overlapped(enc_s, dec_s, cores)) + fill}
 
 

@@ -31,6 +31,17 @@ def assert_bit_equal(a, b):
         raise AssertionError(f"first difference at flat index {i}: {ba.ravel()[i]:#x} != {bb.ravel()[i]:#x}")
 
 
+def restamp(blob, compact: bool) -> bytearray:
+    """``blob`` with its head rewritten in the compact (format v4) or the fixed-width layout, the
+    payloads unchanged: tests that forge a field at a fixed offset ask for the fixed-width one."""
+    from codec import format as fmt
+
+    h = fmt.parse_header(blob)
+    head = fmt.pack_header(h.layout, h.shape, h.chunk_size, h.flags, h.kinds, np.diff(h.ends, prepend=0),
+                           h.crcs, compact=compact)
+    return bytearray(head) + bytearray(memoryview(blob).cast("B")[h.payload_start:])
+
+
 def make_values(dist: str, dtype: str, n: int, seed: int, log10_sigma: float = 0.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     dt = np_dtype(dtype)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import codec
 from codec import format as fmt
-from tests.helpers import bits, make_values
+from tests.helpers import bits, make_values, restamp
 
 
 @functools.cache
@@ -23,6 +23,8 @@ def _small_streams(checksum):
                               chunk_size=100, checksum=checksum),
         "fp8": codec.encode(make_values("laplace", "float8_e4m3fn", 600, 2), chunk_size=512, checksum=checksum),
         "signs": codec.encode(np.concatenate([abs(x[:300]), -abs(x[300:600])]), chunk_size=300, checksum=checksum),
+        # the streams above have compact heads (<= 4 chunks); this one the fixed-width head
+        "fixed": restamp(codec.encode(x, chunk_size=512, checksum=checksum), compact=False),
     }
 
 
@@ -45,7 +47,7 @@ def _decode_or_format_error(blob):
     return ref
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed"])
 def test_every_truncation_raises(name):
     blob = _small_streams(False)[name]
     for cut in range(len(blob)):
@@ -54,7 +56,7 @@ def test_every_truncation_raises(name):
                 codec.decode(blob[:cut], backend=backend)
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed"])
 def test_every_byte_flip_detected_with_checksum(name):
     blob = _small_streams(True)[name]
     for i in range(len(blob)):
@@ -115,7 +117,7 @@ def test_random_junk(junk):
 
 @given(data=st.data())
 def test_random_mutations(data):
-    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "mixed", "fp8"]))])
+    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "mixed", "fp8", "fixed"]))])
     for _ in range(data.draw(st.integers(1, 8))):
         i = data.draw(st.integers(0, len(blob) - 1))
         blob[i] = data.draw(st.integers(0, 255))
@@ -125,11 +127,41 @@ def test_random_mutations(data):
 @given(data=st.data())
 def test_random_mutations_with_header_crc_fixed(data):
     """Forge a consistent header CRC so that the structure checks, not the CRC, must catch it."""
-    blob = bytearray(_small_streams(False)["coded"])
+    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "fixed"]))])
     h = fmt.parse_header(blob)
     i = data.draw(st.integers(0, h.payload_start - 1))
     blob[i] = data.draw(st.integers(0, 255))
     _decode_or_format_error(bytes(blob))
+
+
+def _compact_parts():
+    """The "mixed" stream's compact head, field by field: ``(fixed 8 bytes, chunk size varint, shape
+    varint, kinds byte, coded sizes, payloads)``."""
+    blob = bytes(_small_streams(False)["mixed"])
+    h = fmt.parse_header(blob)
+    assert h.flags & fmt.FLAG_COMPACT and list(h.kinds) == [fmt.KIND_CODED, fmt.KIND_CONST, fmt.KIND_RAW]
+    parts = blob[:8], fmt._varint(100), fmt._varint(240), bytes([1 | 2 << 2 | 0 << 4]), fmt._varint(int(h.ends[0]))
+    assert b"".join(parts) == blob[:h.payload_start]
+    return (*parts, blob[h.payload_start:])
+
+
+@pytest.mark.parametrize("forge, message", [
+    (lambda f, c, d, k, s, p: f + c + d + bytes([k[0] | 0b11 << 4]) + s + p, "chunk 2 has unknown kind 3"),
+    (lambda f, c, d, k, s, p: f + c + d + bytes([k[0] | 0b01 << 6]) + s + p, "padding bits"),
+    (lambda f, c, d, k, s, p: f + bytes([0xE4, 0x00]) + d + k + s + p, "shortest form"),     # 100 in 2 bytes
+    (lambda f, c, d, k, s, p: f + bytes([48]) + d + k + s + p, "at most 4 allowed"),         # 5 chunks of 48
+    (lambda f, c, d, k, s, p: f + c + d + k + fmt._varint(1 << 40) + p, "past the end"),
+    (lambda f, c, d, k, s, p: f + c + d + k + fmt._varint(len(p) - 2 - 80 - 1) + p, "does not match the chunk table"),
+    (lambda f, c, d, k, s, p: f + c + d + k, "truncated inside the compact head's payload sizes"),
+    (lambda f, c, d, k, s, p: f[:4] + bytes([3]) + f[5:] + c + d + k + s + p, "unknown flags 0x4 in a version-3"),
+    (lambda f, c, d, k, s, p: f + bytes([0]) + d + k + s + p, "chunk size 0 outside"),
+])
+def test_forged_compact_heads(forge, message):
+    """Each field of a compact (format v4) head forged: FormatError naming it, from every backend."""
+    blob = forge(*_compact_parts())
+    for backend in BACKENDS:
+        with pytest.raises(codec.FormatError, match=message):
+            codec.decode(blob, backend=backend)
 
 
 @functools.cache

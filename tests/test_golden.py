@@ -1,5 +1,5 @@
 """Golden streams: the bytes of every format version decode forever; the current version's
-(format v3 / codebook family v2) are pinned (regenerate only with a version bump)."""
+(format v4 / codebook family v2) are pinned (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
@@ -54,7 +54,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2)}
     assert new_ids > 0
 
 
@@ -74,3 +74,26 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
     assert any(c.get("dropped_high_bits") for _, c in v2)
     # a chunk whose fitted reference exponent fell below REF_MIN (clamped: the window reaches field 0)
     assert any(c.get("ref_exponent") == REF_MIN - layout_named(m["dtype"]).bias for m, c in v2)
+
+
+def test_v4_changed_only_the_head():
+    """Format v4 changed the stream head only: every v3 golden stream's payloads are byte-identical in
+    the v4 stream of the same input, whose head is compact where it has at most COMPACT_MAX_CHUNKS chunks
+    (and shorter), the fixed-width one otherwise."""
+    fmt = codec.format
+    layouts = set()
+    for name in golden.manifest(3):
+        _, raw, old = golden.read(3, name)
+        _, raw4, new = golden.read(4, name)
+        assert raw == raw4
+        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
+        assert bytes(old[ho.payload_start:]) == bytes(new[hn.payload_start:])
+        assert (hn.kinds == ho.kinds).all() and (hn.ends == ho.ends).all() and hn.shape == ho.shape
+        compact = bool(hn.flags & fmt.FLAG_COMPACT)
+        assert compact == (hn.n_chunks <= fmt.COMPACT_MAX_CHUNKS)
+        assert hn.payload_start < ho.payload_start if compact else hn.payload_start == ho.payload_start
+        layouts.add(compact)
+    assert layouts == {True, False}
+    kinds = {int(k) for n in golden.manifest(4) if n not in golden.manifest(3)
+             for k in fmt.parse_header(golden.read(4, n)[2]).kinds}
+    assert kinds == {fmt.KIND_RAW, fmt.KIND_CODED, fmt.KIND_CONST}      # the new cases: every kind, compact

@@ -6,7 +6,7 @@ import pytest
 
 import codec
 from codec import format as fmt
-from tests.helpers import make_values
+from tests.helpers import make_values, restamp
 
 
 def _mixed_stream(checksum):
@@ -110,12 +110,22 @@ def test_decode_takes_the_tensor_encode_out_returns():
 def test_zero_size_shape_with_a_giant_dimension_is_a_format_error():
     import struct
 
-    blob = bytearray(codec.encode(np.zeros((0, 3), np.float32)))
+    blob = restamp(codec.encode(np.zeros((0, 3), np.float32)), compact=False)
     h = fmt.parse_header(blob)
     struct.pack_into("<Q", blob, fmt.header_nbytes(2, 0, False) - 8, 1 << 63)   # the second dimension
     assert h.shape == (0, 3)
     with pytest.raises(codec.FormatError, match="2\\*\\*63"):
         codec.decode(blob)
+
+
+def test_compact_head_dimension_past_63_bits_is_a_format_error():
+    blob = bytearray(codec.encode(np.zeros((0, 3), np.float32)))
+    # chunk size 16384 (varint 80 80 01), then the dimensions 0 and 3
+    at = fmt.COMPACT_FIXED + 3
+    assert blob[6] & fmt.FLAG_COMPACT and blob[fmt.COMPACT_FIXED:at + 2] == bytes([0x80, 0x80, 0x01, 0, 3])
+    forged = blob[:at + 1] + bytes([0xFF] * 9 + [0x01]) + blob[at + 2:]    # the 3 as 10 bytes: 64+ bits
+    with pytest.raises(codec.FormatError, match="longer than 9 bytes"):
+        codec.decode(forged)
 
 
 # ------------------------------------------------------------------ temporaries that cannot be hijacked

@@ -31,6 +31,9 @@ CASES = {
     # format v3: codebook family 2 (wide log-normal magnitudes), the shape fitted on a sample
     "wide_lognormal_bf16": ("gaussian", "bfloat16", 40000, 15, 0.0, 20000, False),   # 2^N(0, 2^2): sampled fit
     "sparse_f16": ("gaussian", "float16", 70000, 16, -2.5, 35000, False),    # scattered values: 256/1024-blocks
+    # format v4: the compact head (at most 4 chunks)
+    "underflow_f16": ("gaussian", "float16", 4096, 19, -2.0, 2048, False),   # all +0: two CONST chunks
+    "kinds_compact_bf16": ("gaussian", "bfloat16", 1000, 20, 0.0, 256, True),   # coded, const, raw, short coded
 }
 
 
@@ -64,6 +67,11 @@ def make_input(name: str) -> np.ndarray:
         keep[np.random.default_rng(17).choice(n, 8, replace=False)] = True
         keep[35000:35000 + 300] |= np.random.default_rng(18).random(300) < 0.5     # and one denser run
         x = np.where(keep, abs(x), 0).astype(x.dtype)
+    if name == "underflow_f16":   # an fp16 exp_avg_sq that underflowed everywhere
+        x[:] = 0
+    if name == "kinds_compact_bf16":   # chunk 1 all +0, chunk 2 random bits (raw); 4 chunks: a compact head
+        x[256:512] = 0
+        x[512:768] = make_values("random_bits", dtype, 256, 21)
     if name == "logprob_f16":
         x = -abs(x)
     return x
