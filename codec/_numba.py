@@ -679,14 +679,17 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                              zero_thresholds, 0, nobits, 0, best, sym, wbuf, n_zero, ahead)
     if 32 * n_zero[0] >= n:                # zero blocks could skip 1/32 of the chunk
         nzb = _nonzero_blocks16(w, n)        # every mode's blocks from one pass over 16-value blocks
-        vals = np.empty(n, w.dtype)
-        scratch = np.empty(n * itemsize, np.uint8)
         n_modes = len(_ZB_MODES)
         skips = np.empty(n_modes, np.int64)
         row = (len(nzb) + 7) // 8                 # bytes of the longest bitmap (16-value blocks)
         bitmaps = np.zeros(n_modes * row, np.uint8)          # one row per mode (flat: slices stay contiguous)
         for mi in range(n_modes):
             skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], bitmaps[mi * row:(mi + 1) * row])
+        # the finest blocks skip the most: where even they skip < 1/32 (zeros scattered, as a ReLU's),
+        # no candidate is coded and no scratch is needed
+        n_modes = n_modes if 32 * skips[0] >= n else 0
+        vals = np.empty(n if n_modes else 0, w.dtype)
+        scratch = np.empty(n * itemsize if n_modes else 0, np.uint8)
         for mi in range(n_modes):
             mode = _ZB_MODES[mi]
             bs = 1 << mode
@@ -1377,7 +1380,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     prm = np.zeros((2, _N_PRM), np.int64)
     tab = _aligned(2 * _TAB_ROW, np.uint32).reshape(2, _TAB_ROW)
     x = _private(2 * MAX_LANES, 0, np.uint32)
-    sym = np.empty((2, chunk_size), np.uint8)
+    sym = np.empty((2, min(chunk_size, numel)), np.uint8)     # (a small tensor: not a whole chunk's)
     coded = np.zeros(2, np.bool_)
     for t in range(2):
         j = 2 * pair + t

@@ -276,25 +276,26 @@ def _read_varint(mv, pos: int, what: str) -> tuple[int, int]:
     """``(value, next offset)`` of the varint at ``pos``; FormatError if it runs past the buffer, is
     longer than 9 bytes (63 bits) or not in its shortest form."""
     v = 0
-    for k in range(9):
-        if pos + k >= len(mv):
+    n = len(mv)
+    for shift in range(0, 63, 7):
+        if pos >= n:
             raise FormatError(f"stream truncated inside the compact head's {what}")
-        b = mv[pos + k]
-        v |= (b & 0x7F) << (7 * k)
-        if not b & 0x80:
-            if b == 0 and k:
+        b = mv[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            if b == 0 and shift:
                 raise FormatError(f"compact head's {what} is not in its shortest form")
-            return v, pos + k + 1
+            return v, pos
     raise FormatError(f"compact head's {what} is longer than 9 bytes")
 
 
 def _compact_table(kinds, sizes) -> bytes:
-    kinds = np.asarray(kinds, dtype=np.uint8)
-    packed = np.zeros(-(-len(kinds) // 4), dtype=np.uint8)
-    for i, k in enumerate(kinds.tolist()):
+    kinds = [int(k) for k in kinds]
+    packed = bytearray(-(-len(kinds) // 4))
+    for i, k in enumerate(kinds):
         packed[i >> 2] |= k << (2 * (i & 3))
-    coded = [int(v) for k, v in zip(kinds.tolist(), np.asarray(sizes).tolist()) if k == KIND_CODED]
-    return packed.tobytes() + b"".join(_varint(v) for v in coded)
+    return bytes(packed) + b"".join(_varint(int(v)) for k, v in zip(kinds, sizes) if k == KIND_CODED)
 
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
@@ -306,17 +307,18 @@ def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, siz
     shape = tuple(int(s) for s in shape)
     flags &= ~FLAG_COMPACT
     n_chunks = len(kinds)
-    fixed = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
-                              chunk_size=chunk_size, family=family_version, reserved=0),
-             struct.pack(f"<{len(shape)}Q", *shape),
-             np.asarray(kinds, dtype=np.uint8).tobytes(),
-             np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
-    parts = fixed
+    parts = None
     if n_chunks <= COMPACT_MAX_CHUNKS and compact is not False:
         short = [MAGIC + bytes([FORMAT_VERSION, lay.code, flags | FLAG_COMPACT, len(shape)]),
                  _varint(chunk_size), b"".join(_varint(d) for d in shape), _compact_table(kinds, sizes)]
-        if compact or sum(map(len, short)) < sum(map(len, fixed)):
+        if compact or sum(map(len, short)) < header_nbytes(len(shape), n_chunks, False):
             parts = short
+    if parts is None:
+        parts = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
+                                  chunk_size=chunk_size, family=family_version, reserved=0),
+                 struct.pack(f"<{len(shape)}Q", *shape),
+                 np.asarray(kinds, dtype=np.uint8).tobytes(),
+                 np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
     if flags & FLAG_CHECKSUM:
         parts.append(np.asarray(crcs, dtype="<u4").tobytes())
         head = b"".join(parts)
@@ -390,26 +392,28 @@ def _parse_compact(mv, size: int):
     nk = -(-n_chunks // 4)
     if len(mv) < pos + nk:
         raise FormatError("stream truncated inside the compact head's kinds")
-    packed = np.frombuffer(mv, np.uint8, nk, pos).astype(np.int64)
+    bits = int.from_bytes(mv[pos:pos + nk], "little")
     pos += nk
-    kinds = ((packed.repeat(4)[:n_chunks] >> (2 * (np.arange(n_chunks) & 3))) & 3).astype(np.uint8)
-    if n_chunks % 4 and packed[-1] >> (2 * (n_chunks % 4)):
+    kinds = [(bits >> (2 * i)) & 3 for i in range(n_chunks)]
+    if bits >> (2 * n_chunks):
         raise FormatError("compact head's kinds byte has padding bits set")
-    unknown = np.flatnonzero(kinds > KIND_CONST)
-    if len(unknown):
-        raise FormatError(f"chunk {int(unknown[0])} has unknown kind {int(kinds[unknown[0]])}")
+    for i, k in enumerate(kinds):
+        if k > KIND_CONST:
+            raise FormatError(f"chunk {i} has unknown kind {k}")
     lay = layout_by_code(mv[5])
     if lay is None:
         raise FormatError(f"unknown dtype code {mv[5]}")
-    itemsize = lay.itemsize
-    sizes = np.zeros(n_chunks, np.int64)
-    for i, k in enumerate(kinds.tolist()):
+    numel = math.prod(shape)
+    ends, end = [], 0
+    for i, k in enumerate(kinds):
         if k == KIND_CODED:
-            sizes[i], pos = _read_varint(mv, pos, "payload sizes")
-            if sizes[i] > size:
+            v, pos = _read_varint(mv, pos, "payload sizes")
+            if v > size:
                 raise FormatError("chunk table points past the end of the stream")
         else:
-            sizes[i] = itemsize * (min(chunk_size, math.prod(shape) - i * chunk_size) if k == KIND_RAW else 1)
+            v = lay.itemsize * (min(chunk_size, numel - i * chunk_size) if k == KIND_RAW else 1)
+        end += v
+        ends.append(end)
     crcs = None
     if mv[6] & FLAG_CHECKSUM:
         if len(mv) < pos + 4 * n_chunks + 4:
@@ -421,7 +425,7 @@ def _parse_compact(mv, size: int):
         if crc32c(mv[:pos]) != stored:
             raise FormatError("header checksum mismatch: header or chunk table corrupted")
         pos += 4
-    return chunk_size, tuple(shape), kinds, np.cumsum(sizes), crcs, pos
+    return chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos
 
 
 def parse_header(buf, length: int | None = None) -> Header:
@@ -493,24 +497,27 @@ def parse_header(buf, length: int | None = None) -> Header:
     if n_chunks and int(ends_u.max()) > size - pos:
         raise FormatError("chunk table points past the end of the stream")
     ends = ends_u.astype(np.int64)
-    if n_chunks and np.any(np.diff(ends, prepend=0) < 0):
+    sizes = ends.copy()
+    sizes[1:] -= ends[:-1]
+    if n_chunks and int(sizes.min()) < 0:
         raise FormatError("chunk table offsets are not increasing")
     total = int(ends[-1]) if n_chunks else 0
     if pos + total != size:
         raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
     h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
-    sizes = np.diff(ends, prepend=0)
-    for kind, expect in ((KIND_RAW, None), (KIND_CONST, lay.itemsize)):
-        idx = np.flatnonzero(kinds == kind)
-        if kind == KIND_RAW:
-            bad = [i for i in idx if sizes[i] != h.chunk_len(int(i)) * lay.itemsize]
-        else:
-            bad = idx[sizes[idx] != expect]
+    if not flags & FLAG_COMPACT:               # (a compact head's RAW and CONST sizes follow from the kinds)
+        raw, const = kinds == KIND_RAW, kinds == KIND_CONST
+        if raw.any():
+            lengths = np.minimum(chunk_size, h.numel - chunk_size * np.arange(n_chunks, dtype=np.int64))
+            bad = np.flatnonzero(raw & (sizes != lengths * lay.itemsize))
+            if len(bad):
+                raise FormatError(f"chunk {int(bad[0])} (raw) has a payload of {int(sizes[bad[0]])} bytes")
+        bad = np.flatnonzero(const & (sizes != lay.itemsize))
         if len(bad):
-            raise FormatError(f"chunk {int(bad[0])} ({KIND_NAMES[kind]}) has a payload of {int(sizes[bad[0]])} bytes")
-    unknown = np.flatnonzero(kinds > KIND_CONST)
-    if len(unknown):
-        raise FormatError(f"chunk {int(unknown[0])} has unknown kind {int(kinds[unknown[0]])}")
+            raise FormatError(f"chunk {int(bad[0])} (const) has a payload of {int(sizes[bad[0]])} bytes")
+        if n_chunks and int(kinds.max()) > KIND_CONST:
+            i = int(np.argmax(kinds > KIND_CONST))
+            raise FormatError(f"chunk {i} has unknown kind {int(kinds[i])}")
     return h
 
 
