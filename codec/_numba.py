@@ -29,7 +29,8 @@ from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAU
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
-                    RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add, prefetch,
+                    RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
+                    pack_fields16, prefetch,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     stats16, fill16,
                     values16_escaped, values16_window)
@@ -360,15 +361,10 @@ def _symbol_residual(w, symtab, E, M, shift):
 @njit(cache=True)
 def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, rem, kk):
     """Symbols and residuals of values ``[lo, hi)`` of a chunk with ZERO symbols one at a time (+0 is
-    SYM_ZERO and takes no residual), residuals from plane index ``kk``; the remainder fields are
-    OR-ed in, so the bytes they reach are cleared first (keeping the bits below ``kk * rem``).
-    Returns (escapes, new kk)."""
+    SYM_ZERO and takes no residual), residuals from plane index ``kk``; the remainder fields a byte
+    each from index ``kk`` of the remainder plane, as encode_prepare16_zeros leaves them (packed at the
+    end by _pack_fields).  Returns (escapes, new kk)."""
     remstart = full * n_sm
-    if rem:
-        b0 = (kk * rem) >> 3
-        plane[remstart + b0] &= (1 << ((kk * rem) & 7)) - 1
-        for b in range(b0 + 1, ((kk + hi - lo) * rem + 7) >> 3):
-            plane[remstart + b] = 0
     n_esc = 0
     for i in range(lo, hi):
         w = np.int64(vals[i])
@@ -381,13 +377,20 @@ def _prepare_scalar(vals, lo, hi, symtab, E, M, shift, sym, plane, n_sm, full, r
         for b in range(full):
             plane[b * n_sm + kk] = (res >> (8 * b)) & 0xFF
         if rem:
-            bit = kk * rem
-            v = ((res >> (8 * full)) & ((1 << rem) - 1)) << (bit & 7)
-            plane[remstart + (bit >> 3)] |= v & 0xFF
-            if (bit & 7) + rem > 8:
-                plane[remstart + (bit >> 3) + 1] |= v >> 8
+            plane[remstart + kk] = (res >> (8 * full)) & ((1 << rem) - 1)
         kk += 1
     return n_esc, kk
+
+
+@njit(cache=True, inline="always")
+def _pack_fields(plane, remstart, n_sm, rem):
+    """Pack the remainder plane's ``n_sm`` fields, a byte each from ``remstart`` (a chunk with ZERO
+    symbols), in place into ``rem`` bits each; 16 spare bytes after them are zeroed first (the last
+    group's padding, and a plane's padding bits are 0)."""
+    for i in range(remstart + n_sm, remstart + n_sm + LANES):
+        plane[i] = 0
+    for g in range(0, n_sm, LANES):
+        pack_fields16(plane, remstart + g, remstart + (g >> 3) * rem, rem)
 
 
 @njit(cache=True, inline="always")
@@ -456,7 +459,8 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     full = width // 8
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
-    plane = np.empty(nplane + 32, np.uint8)
+    # with ZERO symbols the remainder fields are first stored a byte each (then packed in place)
+    plane = np.empty((n_sm * (full + 1) if n_zero and rem else nplane) + 32, np.uint8)
     esc_groups = np.empty(m // LANES + 1, np.int64)
     n_groups = 0
     n_esc = 0
@@ -487,6 +491,8 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             esc_groups[n_groups] = g16
             n_groups += 1
             n_esc += c
+        if rem:
+            _pack_fields(plane, full * n_sm, n_sm, rem)
     else:
         for at in range(0, g16, LANES):
             if PERMUTE:

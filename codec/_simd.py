@@ -828,9 +828,10 @@ def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, pl
     """:func:`encode_prepare16_window` for a chunk with ZERO symbols: a +0 value gets SYM_ZERO and no
     residual, the others' residuals go to plane indices ``kk, kk+1, ...`` in order (``n_sm``: the
     chunk's non-ZERO values).  Returns the escapes ``| (residuals written) << 32``.  Each byte plane
-    gets a 16-byte store at ``kk`` (the caller keeps ``kk + 16 <= n_sm``), the remainder plane a
-    16-byte store from the byte holding bit ``kk * rem``, whose lower bits it keeps: values must be
-    prepared in increasing order and ``out`` needs 16 spare bytes after the plane.  Where there are
+    gets a 16-byte store at ``kk`` (the caller keeps ``kk + 16 <= n_sm``), and so does the remainder
+    plane, its fields a byte each (unpacked: :func:`pack_fields16` packs them in place once the chunk's
+    are all there, so ``out`` holds ``n_sm`` bytes from the remainder plane's start); values must be
+    prepared in increasing order.  Where there are
     no permutes ``symwin`` holds packed entries (u32: see PACK_F; entry 2 * WINDOW is ESC's), which go to
     ``ent`` as in :func:`encode_prepare16` (``zero_ent``: SYM_ZERO's); with permutes ``ent`` is unused."""
     sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk, ent, zero_ent)
@@ -849,6 +850,43 @@ def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, pl
 
         return _prepare(context, builder, st, args[:11], lookup, kkv=args[12], ent=(st[13], args[13]),
                         zero_ent=_broadcast(builder, _I32, builder.trunc(args[14], _I32)))
+
+    return sig, codegen
+
+
+def _squeeze_fields(builder, w, remv):
+    """Two u64 lanes of 8 fields of ``rem`` bits, one per byte, squeezed into their low ``8 * rem`` bits
+    each (SWAR: the unused high bits of each byte go, then of each 16-bit and each 32-bit half): the
+    remainder plane's packing of 8 values."""
+    two = ir.VectorType(_I64, 2)
+    sp = lambda v: _broadcast2(builder, v)  # noqa: E731
+    for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
+        lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
+        hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
+        gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
+        w = builder.or_(lo, builder.lshr(hi, sp(gap)))
+    return builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
+                       builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
+                                   sp(builder.mul(remv, ir.Constant(_I64, 4)))))
+
+
+@intrinsic
+def pack_fields16(typingctx, buf, src, dst, rem):
+    """Pack the 16 fields ``buf[src:src+16]`` (one per byte, each < 2^rem) into ``2 * rem`` bytes at
+    ``dst`` (little-endian bit order, as the remainder plane), with two 8-byte stores (``dst + rem + 8``
+    bytes are written).  In place over a run of fields (``dst = src * rem / 8``) when called in
+    increasing order: a group's stores end before the next group's fields begin (``rem < 8``)."""
+    sig = types.void(buf, src, dst, rem)
+
+    def codegen(context, builder, signature, args):
+        ba, srcv, dstv, remv = args
+        bp = _data(context, builder, signature.args[0], ba)
+        w = builder.load(_at(builder, bp, srcv, ir.VectorType(_I64, 2)), align=1)
+        w = _squeeze_fields(builder, w, remv)
+        for g in range(2):
+            _store_u64(builder, bp, builder.add(dstv, builder.mul(remv, ir.Constant(_I64, g))),
+                       builder.extract_element(w, ir.Constant(_I32, g)))
+        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -911,39 +949,19 @@ def _prepare(context, builder, st, args, lookup, kkv=None, ent=None, zero_ent=No
     with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
         rem32 = _broadcast(builder, _I32, builder.trunc(remv, _I32))
         fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
-        fields = builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one))
-        # 8 fields of < 2^rem, one per byte of a u64: squeeze out the unused high bits of each byte,
-        # then of each 16-bit and each 32-bit half (SWAR), leaving 8*rem packed bits
-        two = ir.VectorType(_I64, 2)
-        w = builder.bitcast(builder.trunc(fields, _vec(_I8)), two)
-        sp = lambda v: _broadcast2(builder, v)  # noqa: E731
-        for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
-            lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
-            hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
-            gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
-            w = builder.or_(lo, builder.lshr(hi, sp(gap)))
-        w = builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
-                        builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
-                                    sp(builder.mul(remv, ir.Constant(_I64, 4)))))
+        fields = builder.trunc(builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one)),
+                               _vec(_I8))
         remstart = builder.add(planev, builder.mul(nsmv, fullv))
         if kkv is None:
+            w = _squeeze_fields(builder, builder.bitcast(fields, ir.VectorType(_I64, 2)), remv)
             g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
             for g in range(2):
                 _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
                            builder.extract_element(w, ir.Constant(_I32, g)))
         else:
-            # both halves' 8*rem bits as one i128, shifted to bit kk*rem and merged with the bits
-            # below it in its first byte; the zero fields of the compressed-away lanes clear the rest
-            i128 = ir.IntType(128)
-            lo, hi = (builder.zext(builder.extract_element(w, ir.Constant(_I32, g)), i128) for g in range(2))
-            bits = builder.or_(lo, builder.shl(hi, builder.zext(builder.shl(remv, ir.Constant(_I64, 3)), i128)))
-            bit = builder.mul(kkv, remv)
-            at = _at(builder, ob, builder.add(remstart, builder.lshr(bit, ir.Constant(_I64, 3))), _I8)
-            off = builder.and_(bit, ir.Constant(_I64, 7))
-            below = builder.and_(builder.zext(builder.load(at), _I64),
-                                 builder.sub(builder.shl(ir.Constant(_I64, 1), off), ir.Constant(_I64, 1)))
-            bits = builder.or_(builder.shl(bits, builder.zext(off, i128)), builder.zext(below, i128))
-            builder.store(bits, builder.bitcast(at, i128.as_pointer()), align=1)
+            # a byte a field, from index kk of the remainder plane (the compressed-away lanes' zero fields
+            # are overwritten by the next group's): pack_fields16 packs them in place once all are there
+            builder.store(fields, _at(builder, ob, builder.add(remstart, kkv), _vec(_I8)), align=1)
     esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
     if kkv is None:
         return _popcount16(builder, esc)
