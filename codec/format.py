@@ -375,6 +375,17 @@ def _check_shape(chunk_size: int, shape) -> int:
     return -(-numel // chunk_size)
 
 
+def _read_crcs(mv, pos: int, n_chunks: int):
+    """``(chunk CRCs, offset after the header CRC)`` at ``pos`` (the caller checked the length); the
+    header CRC covers every byte before it."""
+    crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
+    pos += 4 * n_chunks
+    (stored,) = struct.unpack_from("<I", mv, pos)
+    if crc32c(mv[:pos]) != stored:
+        raise FormatError("header checksum mismatch: header or chunk table corrupted")
+    return crcs, pos + 4
+
+
 def _parse_compact(mv, size: int):
     """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset)`` (ends unchecked
     against the stream's ``size`` but for the CRCs' position); raises :class:`FormatError`."""
@@ -419,12 +430,7 @@ def _parse_compact(mv, size: int):
         if len(mv) < pos + 4 * n_chunks + 4:
             raise FormatError(f"stream truncated: the compact head's checksums need {4 * n_chunks + 4} bytes, "
                               f"{len(mv) - pos} left")
-        crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
-        pos += 4 * n_chunks
-        (stored,) = struct.unpack_from("<I", mv, pos)
-        if crc32c(mv[:pos]) != stored:
-            raise FormatError("header checksum mismatch: header or chunk table corrupted")
-        pos += 4
+        crcs, pos = _read_crcs(mv, pos, n_chunks)
     return chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos
 
 
@@ -488,12 +494,7 @@ def parse_header(buf, length: int | None = None) -> Header:
         pos += 8 * n_chunks
         crcs = None
         if checksum:
-            crcs = np.frombuffer(mv, dtype="<u4", count=n_chunks, offset=pos).copy()
-            pos += 4 * n_chunks
-            (stored,) = struct.unpack_from("<I", mv, pos)
-            if crc32c(mv[:pos]) != stored:
-                raise FormatError("header checksum mismatch: header or chunk table corrupted")
-            pos += 4
+            crcs, pos = _read_crcs(mv, pos, n_chunks)
     if n_chunks and int(ends_u.max()) > size - pos:
         raise FormatError("chunk table points past the end of the stream")
     ends = ends_u.astype(np.int64)
