@@ -98,6 +98,28 @@ def test_chunks_with_zero_symbols_match_reference(dtype, how):
         assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_differing_value_anywhere_makes_a_chunk_not_constant(dtype):
+    """The constant-chunk check compares 64 values a block, then the tail one at a time: one word
+    that differs (a bit pattern, -0 against +0, or a NaN payload) at a block's first or last place,
+    in the tail, or in the first block makes the chunk coded, not CONST; same bytes as the reference."""
+    n = 64 * 5 + 17
+    word = bits(np.array([0.0, -0.0, 1.5], np.float64).astype(np_dtype(dtype)))
+    for base, other in ((word[0], word[1]), (word[2], word[2] ^ 1), (word[0], word[2])):
+        for at in (0, 1, 63, 64, 127, 64 * 5 - 1, 64 * 5, n - 1):
+            w = np.full(n, base, dtype=word.dtype)
+            w[at] = other
+            x = w.view(np_dtype(dtype))
+            ref = codec.encode(x, chunk_size=n, backend="reference")
+            assert codec.inspect(ref)["chunks"][0]["kind"] != "const", at
+            assert codec.encode(x, chunk_size=n, backend="numba") == ref, (base, other, at)
+            assert_bit_equal(codec.decode(ref, backend="numba"), x)
+        x = np.full(n, base, dtype=word.dtype).view(np_dtype(dtype))
+        ref = codec.encode(x, chunk_size=n, backend="reference")
+        assert codec.inspect(ref)["chunks"][0]["kind"] == "const"
+        assert codec.encode(x, chunk_size=n, backend="numba") == ref
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_every_tail_length_and_remainder_width(dtype):
     # a 16-lane chunk whose length is not a multiple of 16 ends in up to 15 values coded one at a
