@@ -25,12 +25,27 @@ import json, time, numpy as np, ml_dtypes, codec
 codec.set_num_threads(1)
 rng = np.random.default_rng(0)
 out = {}
+inputs = []
 for name, dt, n in (("bf16 gaussian", ml_dtypes.bfloat16, 32 << 20), ("fp16 gaussian", np.float16, 32 << 20),
                     ("fp32 gaussian", np.float32, 16 << 20), ("bf16 abs(gaussian)", ml_dtypes.bfloat16, 32 << 20),
                     ("bf16 ReLU", ml_dtypes.bfloat16, 32 << 20)):
     x = rng.standard_normal(n) * 0.02
     x = abs(x) if "abs" in name else np.maximum(x, 0) if "ReLU" in name else x
     x = x.astype(dt)
+    inputs.append((name, x))
+# mostly-zero inputs: 90 % of 256-value blocks +0 (an embedding gradient's absent rows), and MiniLM's real
+# gradients of one backward pass, flattened (bench.corpus; about half exact zeros)
+x = (rng.standard_normal(16 << 20) * 0.02).astype(ml_dtypes.bfloat16)
+x.reshape(-1, 256)[rng.random((16 << 20) // 256) < 0.9] = 0
+inputs.append(("bf16 90 % zero blocks", x))
+try:
+    from bench.corpus import build_corpus_f32, tensor_class
+    grads = build_corpus_f32()
+    inputs.append(("bf16 MiniLM gradients", np.concatenate(
+        [v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"]).astype(ml_dtypes.bfloat16)))
+except Exception:                                        # no corpus here: the synthetic inputs only
+    pass
+for name, x in inputs:
     blob = codec.encode(x)
     dst = np.empty_like(x)
     def best(fn, k):

@@ -411,14 +411,17 @@ def _rans_put(x, lane, sy, f, cum, inv, wbuf, pos):
 
 @njit(cache=True)
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign,
-                narrow):
+                narrow, limit):
     """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
     then the rANS rounds backwards (16 lanes at a time in chunks of 16 or 32 lanes, one lane at a time
     in smaller ones) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
     stream order).  ``n_zero``: the chunk's ZERO symbols
     (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
     ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
-    residual's sign bit then sits just above the fields written, which never include it)."""
+    residual's sign bit then sits just above the fields written, which never include it).
+    ``limit`` >= 0: a payload longer than ``limit`` bytes is not wanted (another candidate is that
+    short): the rANS rounds stop as soon as the words so far make it longer (they only grow), and a
+    size above ``limit`` is returned with nothing written."""
     k = _lanes(m)
     n_sm = m - n_zero
     symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
@@ -566,7 +569,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
     # cache, a line per round, so that its statistics pass does not wait on memory
     pf = 0
+    fixed = _HEAD + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
     for r in range(full_rounds - 1, -1, -1):
+        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
+            return fixed + 2 * (cap - pos)
         if k < LANES:                                       # fewer lanes than a register: one at a time
             for lane in range(k - 1, -1, -1):
                 pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
@@ -596,16 +602,16 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 
 @njit(cache=True)
-def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                 zero_thresholds, mode, bitmap, nbitmap, out, sym, wbuf, n_zero_out, ahead):
+def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                 zero_thresholds, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
-    when it exceeds ``len(out)``).  ``n_zero_out[0]``: how many values are +0.
+    when it exceeds ``len(out)``, or ``limit`` when that is >= 0: see :func:`_code_dense`).
+    ``stats``: :func:`_stats` of ``vals[:m]``.
 
     ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch; ``ahead``: the input that
     will be coded next (prefetched while the rANS rounds run).
     """
-    n_zero, n_log, s1, s2, orlow, n_neg = _stats(vals, m, E, M)
-    n_zero_out[0] = n_zero
+    n_zero, n_log, s1, s2, orlow, n_neg = stats
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     cb, ref = _select(hist, occ, k_occ, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets,
@@ -618,7 +624,7 @@ def _code_values(vals, m, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs,
     sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
     narrow = _narrow(orlow, shift, M, sign)
     return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
-                       n_zero if zero_ok else 0, sign, narrow)
+                       n_zero if zero_ok else 0, sign, narrow, limit)
 
 
 @njit(cache=True)
@@ -681,8 +687,13 @@ def _is_const(w, n):
 @njit(cache=True)
 def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, best, ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
-    The plain coded payload is written straight into the slot when it fits; zero-block
-    candidates are coded into scratch and copied when smaller."""
+
+    The payload is the smallest of the plain coded one and the zero-block candidates (the plain one on a
+    tie, then the finer mode: the reference's order).  Where there are candidates they are coded first,
+    into scratch (the smallest so far copied to the slot), and the plain payload last, told how short
+    it must be to win: its rANS rounds stop once its words pass that (a 95 %-zero gradient chunk then
+    codes a fraction of its 64K ZERO symbols).  Without candidates the plain payload is coded straight
+    into the slot."""
     first = w[0]
     if _is_const(w, n):
         v = np.int64(first)
@@ -692,12 +703,13 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     sym = np.empty(n, np.uint8)
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     nobits = np.empty(0, np.uint8)
-    n_zero = np.zeros(2, np.int64)
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
-    best_size = _code_values(w, n, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                             zero_thresholds, 0, nobits, 0, best, sym, wbuf, n_zero, ahead)
-    if 32 * n_zero[0] >= n:                # zero blocks could skip 1/32 of the chunk
+    stats = _stats(w, n, E, M)
+    n_zero = stats[0]
+    cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
+    scratch = np.empty(0, np.uint8)
+    if 32 * n_zero >= n:                    # zero blocks could skip 1/32 of the chunk
         nzb = _nonzero_blocks16(w, n)        # every mode's blocks from one pass over 16-value blocks
         n_modes = len(_ZB_MODES)
         skips = np.empty(n_modes, np.int64)
@@ -735,15 +747,28 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             kept = 0
             for blk in range(nb):
                 if not (bitmap[blk >> 3] >> (blk & 7)) & 1:
-                    for i in range(blk * bs, min(n, blk * bs + bs)):
-                        vals[kept] = w[i]
-                        kept += 1
-            size = _code_values(vals, kept, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs, mean_offsets,
-                                code_lengths, zero_thresholds,
-                                mode, bitmap, len(bitmap), scratch, sym, wbuf, n_zero[1:], ahead)
-            if size < best_size and size <= len(scratch):
-                best_size = size
+                    lo = blk * bs
+                    hi = min(n, lo + bs)
+                    vals[kept:kept + hi - lo] = w[lo:hi]
+                    kept += hi - lo
+            # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
+            kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], stats[5])
+            size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
+                                mean_offsets, code_lengths, zero_thresholds,
+                                mode, bitmap, len(bitmap), scratch, sym, wbuf, ahead, -1)
+            if size <= len(scratch) and (cand_size < 0 or size < cand_size):
+                cand_size = size
                 best[:size] = scratch[:size]
+    if cand_size < 0:
+        best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, -1)
+    else:                                   # the plain payload wins a tie: it must be at most cand_size
+        best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                                 zero_thresholds, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+        if best_size <= cand_size:
+            best[:best_size] = scratch[:best_size]
+        else:
+            best_size = cand_size
     if best_size >= n * itemsize:
         for i in range(n):
             v = np.int64(w[i])
