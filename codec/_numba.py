@@ -693,7 +693,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     into scratch (the smallest so far copied to the slot), and the plain payload last, told how short
     it must be to win: its rANS rounds stop once its words pass that (a 95 %-zero gradient chunk then
     codes a fraction of its 64K ZERO symbols).  Without candidates the plain payload is coded straight
-    into the slot."""
+    into the slot, stopping once it is as long as the raw chunk (which is then stored raw)."""
     first = w[0]
     if _is_const(w, n):
         v = np.int64(first)
@@ -753,15 +753,16 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     kept += hi - lo
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
             kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], stats[5])
+            # a later candidate is kept only when strictly smaller: it stops once it is not
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
-                                mean_offsets, code_lengths, zero_thresholds,
-                                mode, bitmap, len(bitmap), scratch, sym, wbuf, ahead, -1)
+                                mean_offsets, code_lengths, zero_thresholds, mode, bitmap, len(bitmap), scratch, sym,
+                                wbuf, ahead, cand_size - 1 if cand_size >= 0 else len(scratch))
             if size <= len(scratch) and (cand_size < 0 or size < cand_size):
                 cand_size = size
                 best[:size] = scratch[:size]
-    if cand_size < 0:
+    if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, -1)
+                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, n * itemsize - 1)
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
                                  zero_thresholds, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
