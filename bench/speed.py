@@ -5,7 +5,8 @@
 
 Inputs: a 64 MiB bfloat16 Gaussian tensor, the real all-MiniLM-L6-v2 weights (all tensors
 concatenated) in bfloat16, float16 and float32, Gaussians in float16/float32, and two bfloat16
-inputs with exact zeros: a ReLU's outputs (half +0) and a sum of two tensors (rare +0).  Every
+inputs with exact zeros: a ReLU's outputs (half +0) and a sum of two tensors (rare +0), and MiniLM's
+real gradient (one backward pass, flattened, bfloat16: half +0, many all-zero chunks).  Every
 figure is the best of ``--repeat`` runs, reported as MB/s of uncompressed data, as a ratio to
 ZipNN (threads=1) measured in the same run, and as a fraction of ``memcpy`` bandwidth measured
 in the same run (the ceiling of a one-pass codec).  zipccl runs with 1 and 2 codec threads,
@@ -60,6 +61,16 @@ def _inputs(quick: bool):
     out += [("ReLU(gaussian)", np.maximum(g[: n // 2], 0).astype(ml_dtypes.bfloat16)),
             ("sum of two bf16 tensors", (g[: n // 2].astype(ml_dtypes.bfloat16).astype(np.float32)
                                          + h.astype(ml_dtypes.bfloat16).astype(np.float32)).astype(ml_dtypes.bfloat16))]
+    # a flattened gradient (what DDP buckets and a ring all-reduce code): MiniLM's real one of one backward
+    # pass (bench.corpus), half exact zeros, whole +0 chunks where the word embedding's rows were not used
+    try:
+        from bench.corpus import build_corpus_f32, tensor_class
+
+        grads = build_corpus_f32()
+        flat = np.concatenate([v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"])
+        out.append(("MiniLM gradients", (flat[:n] if quick else flat).astype(ml_dtypes.bfloat16)))
+    except ImportError:
+        print("MiniLM gradients skipped: pip install -e '.[bench]'", file=sys.stderr)
     return out
 
 
