@@ -24,11 +24,9 @@ def _data(numel: int, rank: int, kind: str = "weights") -> torch.Tensor:
         flat = np.resize(flat, numel)
         return torch.from_numpy(np.roll(flat, rank * 384 * 31).copy()).to(torch.bfloat16)
     if kind == "gradients":         # real MiniLM gradients of one backward pass (bench.corpus), flattened:
-        from bench.corpus import build_corpus_f32, tensor_class     # half of them (the word-embedding rows
+        from bench.corpus import flat_gradients                     # half of them (the word-embedding rows
                                                                     # of absent tokens) exact zeros
-        grads = build_corpus_f32()
-        flat = np.concatenate([v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"])
-        flat = np.resize(flat, numel)
+        flat = np.resize(flat_gradients(), numel)
         return torch.from_numpy(np.roll(flat, rank * 7919).copy()).to(torch.bfloat16)
     try:
         from pathlib import Path

@@ -458,3 +458,10 @@ if __name__ == "__main__":
     print(f"{len(corpus)} tensors, {total / 2**20:.1f} MiB, {dt:.1f}s")
     for cls, items in tensor_classes(corpus).items():
         print(f"  {cls:12s} {len(items):4d} tensors {sum(a.nbytes for _, a in items) / 2**20:8.1f} MiB")
+
+
+def flat_gradients() -> np.ndarray:
+    """MiniLM's real gradient of one backward pass (the corpus's "gradients" class), flattened, float32:
+    what a DDP bucket or a ring all-reduce codes (about half exact zeros: unused word-embedding rows)."""
+    corpus = build_corpus_f32()
+    return np.concatenate([v.ravel() for k, v in corpus.items() if tensor_class(k) == "gradients"])

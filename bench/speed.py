@@ -64,10 +64,9 @@ def _inputs(quick: bool):
     # a flattened gradient (what DDP buckets and a ring all-reduce code): MiniLM's real one of one backward
     # pass (bench.corpus), half exact zeros, whole +0 chunks where the word embedding's rows were not used
     try:
-        from bench.corpus import build_corpus_f32, tensor_class
+        from bench.corpus import flat_gradients
 
-        grads = build_corpus_f32()
-        flat = np.concatenate([v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"])
+        flat = flat_gradients()
         out.append(("MiniLM gradients", (flat[:n] if quick else flat).astype(ml_dtypes.bfloat16)))
     except ImportError:
         print("MiniLM gradients skipped: pip install -e '.[bench]'", file=sys.stderr)

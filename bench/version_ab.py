@@ -34,7 +34,8 @@ for name, dt, n in (("bf16 gaussian", ml_dtypes.bfloat16, 32 << 20), ("fp16 gaus
     x = x.astype(dt)
     inputs.append((name, x))
 # mostly-zero inputs: 90 % of 256-value blocks +0 (an embedding gradient's absent rows), and MiniLM's real
-# gradients of one backward pass, flattened (bench.corpus; about half exact zeros)
+# gradients of one backward pass, flattened (bench.corpus; about half exact zeros; spelt out rather than
+# bench.corpus.flat_gradients, since this runs in older checkouts too)
 x = (rng.standard_normal(16 << 20) * 0.02).astype(ml_dtypes.bfloat16)
 x.reshape(-1, 256)[rng.random((16 << 20) // 256) < 0.9] = 0
 inputs.append(("bf16 90 % zero blocks", x))
