@@ -40,7 +40,7 @@ assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with 
 _HEAD = CHUNK_HEAD.size
 # numba's cache keys on this file, not on the values it freezes from other modules: the fit's sample
 # rule is spelled out here (a change in codec.codebook alone would leave stale kernels behind)
-_SAMPLE_STEP, _SAMPLE_MIN = 16, 256
+_SAMPLE_STEP, _SAMPLE_MIN = 17, 256
 assert (_SAMPLE_STEP, _SAMPLE_MIN) == (SAMPLE_STEP, SAMPLE_MIN), "change codec._numba's copy of the sample rule too"
 # the chunk head's field offsets (codec.format.CHUNK_HEAD); numba freezes them into the kernels
 _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_NESC, _CH_NWORDS = (
@@ -125,9 +125,9 @@ def _sample_hist(w, n, step, E, M):
 @njit(cache=True)
 def _select(hist, occ, k, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets, code_lengths,
             zero_thresholds, f, cum):
-    """codec.codebook.select_codebook: per shape the mean-matched (phase, ref), the shape whose clipped
-    table codes the sample ``hist`` (``occ[:k]``: its occupied bins but +0's; less ``skipped_zeros`` +0
-    of skipped zero blocks) in the fewest bits.  A table that needs no clipping (the window inside the
+    """codec.codebook.select_codebook: per shape the mean-matched (phase, ref) and, where higher, the
+    top one; the candidate whose clipped table codes the sample ``hist`` (``occ[:k]``: its occupied
+    bins but +0's; less ``skipped_zeros`` +0 of skipped zero blocks) in the fewest bits.  A table that needs no clipping (the window inside the
     dtype's fields) is read in place; ``f``/``cum``: scratch for the others.  A shape is dropped as
     soon as its partial length reaches the best (every term is >= 0)."""
     nb = (2 << E) + 1
@@ -143,6 +143,10 @@ def _select(hist, occ, k, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs
     best_len = -1
     best_cb = 0
     best_ref = 0
+    # codec.codebook.top_ref: the sample's highest field (occ is in order) at the window's top
+    top_ref = REF_MIN
+    if k > 0:
+        top_ref = (occ[k - 1] >> 1) - (WINDOW - WINDOW_LOW - 1)
     for s in range(mean_offsets.shape[0]):
         bq = 0
         br = 0
@@ -157,34 +161,40 @@ def _select(hist, occ, k, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs
                 be = err
         br = max(br, REF_MIN)
         cb = (s * PHASES + bq) * _N_ZL + z
-        row = freqs[cb]
-        if br - WINDOW_LOW < 0 or br - WINDOW_LOW + WINDOW - 1 > top:
-            _tables(freqs, cb, br, E, has_inf, f, cum)
-            row = f
-        esc = code_lengths[row[SYM_ESC]] + ESC_LENGTH
-        total = 0
-        if zeros > 0:                   # +0: the ZERO symbol, or else field 0 with leading bit 0
-            ln = esc
-            if row[SYM_ZERO] > 0:
-                ln = code_lengths[row[SYM_ZERO]]
-            elif 0 <= WINDOW_LOW - br < WINDOW and row[SYM_WINDOW0 + 2 * (WINDOW_LOW - br)] > 0:
-                ln = code_lengths[row[SYM_WINDOW0 + 2 * (WINDOW_LOW - br)]]
-            total = zeros * ln
-        for t in range(k):
-            if best_len >= 0 and total >= best_len:
-                break
-            b = occ[t]
-            j = (b >> 1) - br + WINDOW_LOW
-            ln = esc
-            if 0 <= j < WINDOW:
-                fs = row[SYM_WINDOW0 + 2 * j + (b & 1)]
-                if fs > 0:
-                    ln = code_lengths[fs]
-            total += hist[b] * ln
-        if best_len < 0 or total < best_len:
-            best_len = total
-            best_cb = cb
-            best_ref = br
+        for ci in range(2):
+            r = br
+            if ci == 1:
+                if top_ref <= br:                # the top candidate only where it is above the mean's
+                    break
+                r = top_ref
+            row = freqs[cb]
+            if r - WINDOW_LOW < 0 or r - WINDOW_LOW + WINDOW - 1 > top:
+                _tables(freqs, cb, r, E, has_inf, f, cum)
+                row = f
+            esc = code_lengths[row[SYM_ESC]] + ESC_LENGTH
+            total = 0
+            if zeros > 0:                   # +0: the ZERO symbol, or else field 0 with leading bit 0
+                ln = esc
+                if row[SYM_ZERO] > 0:
+                    ln = code_lengths[row[SYM_ZERO]]
+                elif 0 <= WINDOW_LOW - r < WINDOW and row[SYM_WINDOW0 + 2 * (WINDOW_LOW - r)] > 0:
+                    ln = code_lengths[row[SYM_WINDOW0 + 2 * (WINDOW_LOW - r)]]
+                total = zeros * ln
+            for t in range(k):
+                if best_len >= 0 and total >= best_len:
+                    break
+                b = occ[t]
+                j = (b >> 1) - r + WINDOW_LOW
+                ln = esc
+                if 0 <= j < WINDOW:
+                    fs = row[SYM_WINDOW0 + 2 * j + (b & 1)]
+                    if fs > 0:
+                        ln = code_lengths[fs]
+                total += hist[b] * ln
+            if best_len < 0 or total < best_len:
+                best_len = total
+                best_cb = cb
+                best_ref = r
     return best_cb, best_ref
 
 

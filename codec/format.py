@@ -1,10 +1,10 @@
-"""The zipccl stream format, versions 1 to 4: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 5: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (4; 1 to 3 are still read, see "Versions" below)
+    4       1         format version (5; 1 to 4 are still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
     6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor,
                       bit2 compact head (version 4; the layout below "Compact head" follows)
@@ -70,6 +70,12 @@ family is version 4's (FAMILY_OF_VERSION); payloads are version 3's.  The encode
 head wherever it may (at most COMPACT_MAX_CHUNKS chunks) and is shorter, the fixed-width one otherwise
 (with version 4 and bit 2 clear).
 
+Version 5 changed no byte layout, only the encoder's choice of table (codec.codebook): the fit's sample
+is every 17th value (16 before: on rows of 16k values that sampled the same columns of every row), and
+each shape is also tried at the reference exponent that puts the sample's highest field at the top of
+the window.  Its heads and payloads are version 4's (one parser reads both); the version number says
+which encoder wrote the stream, so that the golden streams pin each encoder's bytes.
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
 (:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
@@ -93,9 +99,9 @@ from .layouts import FloatLayout, layout_by_code, packed_nbytes
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 4                # what the encoder writes
-READ_VERSIONS = (1, 2, 3, 4)      # what the decoders read
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2}   # the codebook family each format version's streams use
+FORMAT_VERSION = 5                # what the encoder writes
+READ_VERSIONS = (1, 2, 3, 4, 5)   # what the decoders read
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2}   # the codebook family each format version's streams use
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)

@@ -381,6 +381,23 @@ def select_codebooks(n, n_zero, n_log, sum_e, hist, lay):
     nb = hist.shape[1] - 1
     zeros = hist[:, nb]
     b = torch.arange(nb, device=n.device)[None, :]
+    # codec.codebook.top_ref: the sample's highest field at the top of the window (REF_MIN: none)
+    top = torch.where(hist[:, :nb] > 0, b, -1).max(dim=1).values
+    top_ref = torch.where(top >= 0, (top >> 1) - (cbk.WINDOW - cbk.WINDOW_LOW - 1), cbk.REF_MIN)
+
+    def length(cb, ref):
+        freq, _ = clipped_tables(cb, ref, lay)
+        esc = lengths[freq[:, cbk.SYM_ESC]] + cbk.ESC_LENGTH
+        has_zero = freq[:, cbk.SYM_ZERO] > 0
+        total = torch.where(has_zero, zeros * lengths[freq[:, cbk.SYM_ZERO]], 0)
+        h = hist[:, :nb].clone()
+        h[:, 0] += torch.where(has_zero, 0, zeros)
+        j = (b >> 1) - ref[:, None] + cbk.WINDOW_LOW
+        inside = (j >= 0) & (j < cbk.WINDOW)
+        fs = torch.gather(freq, 1, (cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1)).expand(len(n), -1))
+        fs = torch.where(inside, fs, 0)
+        return total + (h * torch.where(fs > 0, lengths[fs], esc[:, None])).sum(dim=1)
+
     best_len = best_cb = best_ref = None
     for s in range(offsets.shape[0]):
         q_s = ref_s = err_s = None
@@ -397,24 +414,18 @@ def select_codebooks(n, n_zero, n_log, sum_e, hist, lay):
                 err_s = torch.where(better, err, err_s)
         ref_s = ref_s.clamp(min=cbk.REF_MIN)
         cb = (s * cbk.PHASES + q_s) * len(cbk.ZERO_LEVELS) + z
-        freq, _ = clipped_tables(cb, ref_s, lay)
-        esc = lengths[freq[:, cbk.SYM_ESC]] + cbk.ESC_LENGTH
-        has_zero = freq[:, cbk.SYM_ZERO] > 0
-        total = torch.where(has_zero, zeros * lengths[freq[:, cbk.SYM_ZERO]], 0)
-        h = hist[:, :nb].clone()
-        h[:, 0] += torch.where(has_zero, 0, zeros)
-        j = (b >> 1) - ref_s[:, None] + cbk.WINDOW_LOW
-        inside = (j >= 0) & (j < cbk.WINDOW)
-        fs = torch.gather(freq, 1, (cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1)).expand(len(n), -1))
-        fs = torch.where(inside, fs, 0)
-        total = total + (h * torch.where(fs > 0, lengths[fs], esc[:, None])).sum(dim=1)
-        if best_len is None:
-            best_len, best_cb, best_ref = total, cb, ref_s
-        else:
-            better = total < best_len                 # the first shape on ties
+        # the mean's reference, then the top one where it is higher (the first candidate on ties)
+        for ref, allowed in ((ref_s, None), (top_ref, top_ref > ref_s)):
+            total = length(cb, ref)
+            if best_len is None:
+                best_len, best_cb, best_ref = total, cb, ref
+                continue
+            better = total < best_len
+            if allowed is not None:
+                better &= allowed
             best_len = torch.where(better, total, best_len)
             best_cb = torch.where(better, cb, best_cb)
-            best_ref = torch.where(better, ref_s, best_ref)
+            best_ref = torch.where(better, ref, best_ref)
     return best_cb, best_ref
 
 

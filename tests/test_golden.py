@@ -1,5 +1,5 @@
 """Golden streams: the bytes of every format version decode forever; the current version's
-(format v4 / codebook family v2) are pinned (regenerate only with a version bump)."""
+(format v5 / codebook family v2) are pinned (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
@@ -54,7 +54,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)}
     assert new_ids > 0
 
 
@@ -97,3 +97,45 @@ def test_v4_changed_only_the_head():
     kinds = {int(k) for n in golden.manifest(4) if n not in golden.manifest(3)
              for k in fmt.parse_header(golden.read(4, n)[2]).kinds}
     assert kinds == {fmt.KIND_RAW, fmt.KIND_CODED, fmt.KIND_CONST}      # the new cases: every kind, compact
+
+
+def _mean_reference(lay, words, hd) -> int:
+    """The reference exponent the mean of a coded chunk's values matches for its codebook's shape (what
+    versions 3-4's encoder chose for that shape): the statistics of the values it codes."""
+    from codec.codebook import codebook_params, load_family, mean_matches
+    from codec.layouts import log2_magnitude, split
+
+    if hd.zero_blocks is not None:
+        words = words[np.repeat(~hd.zero_blocks, 1 << hd.mode)[:len(words)]]
+    e, sm = split(words, lay)
+    nonzero = (words & ((1 << (8 * lay.itemsize - 1)) - 1)) != 0
+    n_log = int(nonzero.sum())
+    m = (int(log2_magnitude(e, sm, lay)[nonzero].sum()) << 8) // n_log if n_log else 0
+    return mean_matches(m, load_family().mean_offsets, codebook_params(hd.codebook)[0])[1]
+
+
+def test_v5_changed_only_the_fit():
+    """Format v5 changed the encoder's fit, not the layout: every v4 golden input's v5 stream has v4's
+    chunk kinds, zero-block modes and sign modes, and some v5 chunks (an attention map's, Adam's second
+    moment's) are coded at the top-of-window reference, above their mean's."""
+    fmt = codec.format
+    top = set()
+    for name in golden.manifest(5):
+        m, raw, new = golden.read(5, name)
+        lay = layout_named(m["dtype"])
+        words = np.frombuffer(raw, dtype=lay.uint)
+        hn = fmt.parse_header(new)
+        if name in golden.manifest(4):
+            _, raw4, old = golden.read(4, name)
+            assert raw4 == raw
+            ho = fmt.parse_header(old)
+            assert (hn.kinds == ho.kinds).all() and hn.flags == ho.flags and hn.shape == ho.shape
+        for i in np.flatnonzero(hn.kinds == fmt.KIND_CODED):
+            hd = fmt.parse_chunk_head(hn, new, int(i))
+            if name in golden.manifest(4):
+                h4 = fmt.parse_chunk_head(ho, old, int(i))
+                assert (hd.mode, hd.sign, hd.narrow, hd.shift) == (h4.mode, h4.sign, h4.narrow, h4.shift), (name, i)
+            chunk = words[i * m["chunk_size"]:(i + 1) * m["chunk_size"]]
+            if hd.ref > _mean_reference(lay, chunk, hd):
+                top.add(name)
+    assert {"softmax_bf16", "adam_sq_f32"} <= top

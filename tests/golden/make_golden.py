@@ -34,6 +34,8 @@ CASES = {
     # format v4: the compact head (at most 4 chunks)
     "underflow_f16": ("gaussian", "float16", 4096, 19, -2.0, 2048, False),   # all +0: two CONST chunks
     "kinds_compact_bf16": ("gaussian", "bfloat16", 1000, 20, 0.0, 256, True),   # coded, const, raw, short coded
+    # format v5: the fit's stride-17 sample and top-of-window reference
+    "softmax_bf16": ("gaussian", "bfloat16", 16384, 22, 0.0, 8192, False),   # attention rows, masked keys
 }
 
 
@@ -72,6 +74,13 @@ def make_input(name: str) -> np.ndarray:
     if name == "kinds_compact_bf16":   # chunk 1 all +0, chunk 2 random bits (raw); 4 chunks: a compact head
         x[256:512] = 0
         x[512:768] = make_values("random_bits", dtype, 256, 21)
+    if name == "softmax_bf16":   # softmax over the first 40 of 128 keys (the rest masked: +0): a long
+        # tail of tiny probabilities pulls the mean exponent far below the largest ones
+        logits = x.astype(np.float32).reshape(-1, 128)[:, :40] * 3.0
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = np.zeros((n // 128, 128), np.float32)
+        probs[:, :40] = p / p.sum(axis=1, keepdims=True)
+        x = probs.reshape(-1).astype(x.dtype)
     if name == "logprob_f16":
         x = -abs(x)
     return x
