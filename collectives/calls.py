@@ -12,7 +12,7 @@ import codec
 
 from . import auto, framing, work
 from .agreement import check_agree
-from .ring import ring
+from .ring import interleave, ring
 from .transport import gather_buffers, global_rank
 
 RING_MIN_NUMEL = 1 << 16     # below this, one padded all_gather of whole streams (fewer messages)
@@ -146,11 +146,17 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, *, algo
             for p in parts[1:]:
                 acc = acc + p
         elif algo == "ring":
-            shards = list(torch.tensor_split(flat, ws))
+            # rank j's shard: pieces j, j + ws, ... of the tensor (ring.interleave: the shards code to
+            # about the same size however unevenly the tensor compresses along its length)
+            q = interleave(flat.numel(), flat.element_size(), ws)
+            pieces = torch.tensor_split(flat, ws * q)
+            shards = [list(pieces[j::ws]) for j in range(ws)]
             if flat.data_ptr() == tensor.data_ptr() and tensor.is_contiguous():    # results land in place
                 _ring(shards, group, compress, checksum, gather=True, into=shards)
                 return
-            acc = torch.cat(_ring(shards, group, compress, checksum, gather=True))
+            acc = torch.empty_like(flat)
+            out = torch.tensor_split(acc, ws * q)
+            _ring(shards, group, compress, checksum, gather=True, into=[list(out[j::ws]) for j in range(ws)])
         else:
             raise ValueError(f"unknown algorithm {algorithm!r}: ring, gather, native or auto")
         tensor.view(-1).copy_(acc)

@@ -407,6 +407,54 @@ def test_pipelined_ring_slices_are_bit_identical(ws):
         assert r[(64, "torch.float32", 1_234, True)][0] == res[0][(64, "torch.float32", 1_234, True)][0]
 
 
+def case_interleaved_shards(rank, ws):
+    """An all-reduce whose shards are interleaved pieces (ring.interleave > 1): the same bits compressed or
+    not, in place or not, whatever the slice size, and the sum of each piece in its shard's ring order."""
+    import collectives
+    import collectives.ring as ring
+
+    n = 1_300_000                                  # 2 ranks, bf16: 1.3 MB a shard -> two pieces each
+    q = ring.interleave(n, 2, ws)
+    x = _data(rank, n, torch.bfloat16, seed=7)
+    x[: n // 2] = 0                                # a first half of zeros (unused rows), as a gradient's
+    parts = [_data(j, n, torch.bfloat16, seed=7) for j in range(ws)]
+    for p in parts:
+        p[: n // 2] = 0
+    out = {"q": q}
+    for slice_bytes in (0, 100_000):
+        ring.RING_SLICE_BYTES = slice_bytes
+        for compress in (True, False):
+            y = x.clone()
+            collectives.all_reduce(y, algorithm="ring", compress=compress)
+            z = torch.empty(2 * n, dtype=torch.bfloat16)[::2]     # strided: not in place
+            z.copy_(x)
+            collectives.all_reduce(z, algorithm="ring", compress=compress)
+            out[(slice_bytes, compress)] = (_bits(y), _bits(z))
+    ring.RING_SLICE_BYTES = 0
+    pieces = [torch.tensor_split(p, ws * q) for p in parts]
+    ref = []
+    for i in range(ws * q):
+        j = i % ws                                 # piece i is in rank j's shard: summed from rank j+1 onward
+        order = [(j + 1 + t) % ws for t in range(ws)]
+        acc = pieces[order[0]][i].clone()
+        for o in order[1:]:
+            acc = pieces[o][i] + acc
+        ref.append(acc)
+    out["ref"] = _bits(torch.cat(ref))
+    out["x"] = _bits(x)
+    return out
+
+
+def test_all_reduce_interleaves_its_shards():
+    res = run_ranks(case_interleaved_shards, 2)
+    for r in res.values():
+        assert not isinstance(r, str), r
+        assert r["q"] == 2
+        for key, (y, z) in ((k, v) for k, v in r.items() if isinstance(k, tuple)):
+            assert y == r["ref"] and z == r["ref"], key
+    assert res[0]["ref"] == res[1]["ref"]
+
+
 def case_ring_destinations(rank, ws):
     """The ring decodes straight into the caller's tensors: FSDP's all-gather whose input is this rank's
     chunk of the output, an all_gather list holding the input itself and a non-contiguous entry, a
