@@ -164,7 +164,9 @@ def ring(shards: list, group, encode, decode_into, *, reduce: bool, gather: bool
     def cut(s):
         if isinstance(s, torch.Tensor):
             return list(torch.tensor_split(s, n_slices(s, slice_bytes)))
-        return [part for piece in s for part in torch.tensor_split(piece, n_slices(piece, slice_bytes))]
+        # the slice size of the whole shard (a piece is about one of its default slices)
+        size = slice_bytes or slice_size(sum(p.numel() * p.element_size() for p in s))
+        return [part for piece in s for part in torch.tensor_split(piece, n_slices(piece, size))]
 
     sl = [cut(s) for s in shards]
     into = [None] * ws if into is None else list(into)
