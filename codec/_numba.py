@@ -127,9 +127,10 @@ def _select(hist, occ, k, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs
             zero_thresholds, f, cum):
     """codec.codebook.select_codebook: per shape the mean-matched (phase, ref) and, where higher, the
     top one; the candidate whose clipped table codes the sample ``hist`` (``occ[:k]``: its occupied
-    bins but +0's; less ``skipped_zeros`` +0 of skipped zero blocks) in the fewest bits.  A table that needs no clipping (the window inside the
-    dtype's fields) is read in place; ``f``/``cum``: scratch for the others.  A shape is dropped as
-    soon as its partial length reaches the best (every term is >= 0)."""
+    bins but +0's; less ``skipped_zeros`` +0 of skipped zero blocks) in the fewest bits.  A table that
+    needs no clipping (the window inside the dtype's fields) is read in place; ``f``/``cum``: scratch
+    for the others.  A candidate is dropped as soon as its partial length reaches the best (every term
+    is >= 0)."""
     nb = (2 << E) + 1
     top = (1 << E) - 1
     zeros = hist[nb - 1] - skipped_zeros
