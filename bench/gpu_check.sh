@@ -42,11 +42,14 @@ fi
 $py -c "import numba; print('numba', numba.__version__)" >>"$out/imports.txt" 2>&1 || true
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 set +e
-# one command under 8 minutes in all: the tests get at most 150 s, the check what is left of 460 s
-# (its optional parts stop at ZIPCCL_GPU_BUDGET_S; the timeout is the hard stop behind it)
-timeout 150 $py -m pytest -q -x -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
+# one command under 8 minutes in all: the tests get at most 300 s (on a fresh H200 machine they ran
+# 150 s into 40 of 63 before timing out: numba and Triton compile everything first; warm, 18 s), the
+# check what is left of ZIPCCL_GPU_TOTAL_S (460 s; its optional parts stop at ZIPCCL_GPU_BUDGET_S; the
+# timeout is the hard stop behind it)
+total=${ZIPCCL_GPU_TOTAL_S:-460}
+timeout 300 $py -m pytest -q -x -m gpu tests/test_gpu.py -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
 tests=${PIPESTATUS[0]}
-left=$((460 - SECONDS))
+left=$((total - SECONDS))
 ZIPCCL_GPU_BUDGET_S=$((left - 40)) timeout "$left" $py -m bench.gpu_check "$out" 2>&1 | tee "$out/gpu_check.txt"
 check=${PIPESTATUS[0]}
 echo "gpu check script: ${SECONDS} s in all" | tee -a "$out/gpu_check.txt"
