@@ -337,7 +337,10 @@ class DecodePlan:
 
 # --------------------------------------------------------------------------------- device encoder
 @functools.cache
+@functools.cache
 def _family_tensors(device: str):
+    """The codebook family's freqs, mean offsets, code lengths and zero thresholds as int64 tensors on
+    ``device`` (copied there once per device: the fit and the tables use them on every call)."""
     import torch
 
     fam = cbk.load_family()
@@ -368,65 +371,66 @@ def sample_histograms(words, lay, chunk_size: int):
     return hist
 
 
-def select_codebooks(n, n_zero, n_log, sum_e, hist, lay):
+def select_codebooks(n, n_zero, n_log, sum_e, hist, lay, *, rows_per_pass: int = 1 << 15):
     """:func:`codec.codebook.select_codebook` on int64 tensors (one entry, or histogram row, per
-    chunk), on their device: the same integer arithmetic, so every backend selects identically."""
+    chunk), on their device: the same integer arithmetic, so every backend selects identically.
+
+    Every chunk's candidates (each shape at its mean's reference and at the top one) are scored at
+    once, ``rows_per_pass`` candidates at a time, in a few dozen tensor ops whatever the family's size:
+    on a GPU each op costs a launch, and a loop over shapes and phases cost some 3,000 of them."""
     import torch
 
     _, offsets, lengths, thresholds = _family_tensors(str(n.device))
+    dev = n.device
     fb = cbk.STAT_FRAC_BITS
+    S, Q = offsets.shape
     nl = n_log.clamp(min=1)
     m = torch.where(n_log > 0, torch.div(sum_e << fb, nl, rounding_mode="floor"), 0)
     z = ((n_zero[:, None] << cbk.ZERO_FRAC_BITS) >= thresholds[None, :] * n[:, None]).sum(dim=1)
     nb = hist.shape[1] - 1
-    zeros = hist[:, nb]
-    b = torch.arange(nb, device=n.device)[None, :]
     # codec.codebook.top_ref: the sample's highest field at the top of the window (REF_MIN: none)
-    top = torch.where(hist[:, :nb] > 0, b, -1).max(dim=1).values
+    top = torch.where(hist[:, :nb] > 0, torch.arange(nb, device=dev)[None, :], -1).max(dim=1).values
     top_ref = torch.where(top >= 0, (top >> 1) - (cbk.WINDOW - cbk.WINDOW_LOW - 1), cbk.REF_MIN)
-
-    def length(cb, ref):
-        freq, _ = clipped_tables(cb, ref, lay)
+    # codec.codebook.mean_matches for every shape: the phase nearest the mean, the first on ties
+    d = m[:, None, None] - offsets[None, :, :]                                    # (chunks, S, Q)
+    refs = (d + (1 << (fb - 1))) >> fb
+    err = (d - (refs << fb)).abs()
+    q = torch.argmin(err * Q + torch.arange(Q, device=dev), dim=2)                  # unique keys: the first
+    ref_s = torch.gather(refs, 2, q[:, :, None])[:, :, 0].clamp(min=cbk.REF_MIN)    # (chunks, S)
+    cb = (torch.arange(S, device=dev)[None, :] * Q + q) * len(cbk.ZERO_LEVELS) + z[:, None]
+    # candidates in the reference's order: shape 0 at the mean's reference, at the top one, shape 1, ...
+    K = 2 * S
+    cand_cb = cb[:, :, None].expand(-1, -1, 2).reshape(-1)
+    cand_ref = torch.stack([ref_s, top_ref[:, None].expand(-1, S)], dim=2).reshape(-1)
+    allowed = torch.stack([torch.ones_like(ref_s, dtype=torch.bool), top_ref[:, None] > ref_s], dim=2).reshape(-1)
+    zeros = hist[:, nb]
+    mass = hist[:, :nb].sum(dim=1)
+    hflat = hist[:, :nb].reshape(-1)
+    score = torch.empty(len(n) * K, dtype=torch.int64, device=dev)
+    k = torch.arange(2 * cbk.WINDOW, device=dev)[None, :]
+    for a in range(0, len(score), rows_per_pass):
+        b = min(a + rows_per_pass, len(score))
+        row = torch.arange(a, b, device=dev) // K                                    # each candidate's chunk
+        ref = cand_ref[a:b]
+        freq, _ = clipped_tables(cand_cb[a:b], ref, lay)
         esc = lengths[freq[:, cbk.SYM_ESC]] + cbk.ESC_LENGTH
         has_zero = freq[:, cbk.SYM_ZERO] > 0
-        total = torch.where(has_zero, zeros * lengths[freq[:, cbk.SYM_ZERO]], 0)
-        h = hist[:, :nb].clone()
-        h[:, 0] += torch.where(has_zero, 0, zeros)
-        j = (b >> 1) - ref[:, None] + cbk.WINDOW_LOW
-        inside = (j >= 0) & (j < cbk.WINDOW)
-        fs = torch.gather(freq, 1, (cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1)).expand(len(n), -1))
-        fs = torch.where(inside, fs, 0)
-        return total + (h * torch.where(fs > 0, lengths[fs], esc[:, None])).sum(dim=1)
-
-    best_len = best_cb = best_ref = None
-    for s in range(offsets.shape[0]):
-        q_s = ref_s = err_s = None
-        for q in range(cbk.PHASES):
-            off = offsets[s, q]
-            ref = (m - off + (1 << (fb - 1))) >> fb
-            err = (m - off - (ref << fb)).abs()
-            if err_s is None:
-                q_s, ref_s, err_s = torch.zeros_like(m), ref, err
-            else:
-                better = err < err_s                  # the first phase on ties
-                q_s = torch.where(better, q, q_s)
-                ref_s = torch.where(better, ref, ref_s)
-                err_s = torch.where(better, err, err_s)
-        ref_s = ref_s.clamp(min=cbk.REF_MIN)
-        cb = (s * cbk.PHASES + q_s) * len(cbk.ZERO_LEVELS) + z
-        # the mean's reference, then the top one where it is higher (the first candidate on ties)
-        for ref, allowed in ((ref_s, None), (top_ref, top_ref > ref_s)):
-            total = length(cb, ref)
-            if best_len is None:
-                best_len, best_cb, best_ref = total, cb, ref
-                continue
-            better = total < best_len
-            if allowed is not None:
-                better &= allowed
-            best_len = torch.where(better, total, best_len)
-            best_cb = torch.where(better, cb, best_cb)
-            best_ref = torch.where(better, ref, best_ref)
-    return best_cb, best_ref
+        zr = zeros[row]
+        extra = torch.where(has_zero, 0, zr)                  # +0 coded as field 0 with leading bit 0
+        # codec.codebook.sample_length: the window's symbols k are the sample's bins 2 (ref - WINDOW_LOW) + k;
+        # every other occupied bin (and an empty window symbol) costs ESC
+        bins = 2 * (ref[:, None] - cbk.WINDOW_LOW) + k
+        ok = (bins >= 0) & (bins < nb)
+        h = torch.where(ok, hflat[row[:, None] * nb + bins.clamp(0, nb - 1)], 0) + torch.where(bins == 0, extra[:, None], 0)
+        fs = freq[:, cbk.SYM_WINDOW0:]
+        inside = (h * torch.where(fs > 0, lengths[fs], esc[:, None])).sum(dim=1)
+        outside = mass[row] + extra - h.sum(dim=1)
+        total = torch.where(has_zero, zr * lengths[freq[:, cbk.SYM_ZERO]], 0) + inside + outside * esc
+        score[a:b] = torch.where(allowed[a:b], total, 1 << 50)
+    # the smallest, the first candidate on ties (keys made unique by the candidate's index)
+    best = torch.argmin(score.view(-1, K) * K + torch.arange(K, device=dev), dim=1)
+    pick = torch.arange(len(n), device=dev) * K + best
+    return cand_cb[pick], cand_ref[pick]
 
 
 def clipped_tables(cb, ref, lay):
@@ -479,12 +483,12 @@ def _block_lists(keep):
 
 
 def _lanes(n):
+    """:func:`codec.format.lanes` of each entry of ``n``: the largest power of two ``k <= MAX_LANES`` with
+    ``k = 1`` or ``k * VALUES_PER_LANE <= n`` (a count of the powers it passes: a few ops, not a loop)."""
     import torch
 
-    k = torch.ones_like(n)
-    for _ in range(fmt.MAX_LANES.bit_length() - 1):
-        k = torch.where((k < fmt.MAX_LANES) & (2 * k * fmt.VALUES_PER_LANE <= n), 2 * k, k)
-    return k
+    pows = torch.tensor([1 << j for j in range(1, fmt.MAX_LANES.bit_length())], dtype=torch.int64, device=n.device)
+    return 1 << (pows[None, :] * fmt.VALUES_PER_LANE <= n[:, None]).sum(dim=1)
 
 
 def _stack_rows(row, **columns):

@@ -222,6 +222,9 @@ def test_device_model_fit_matches_the_host():
         want = [select_codebook(*map(int, v[:4]), v[4], lay.exp_bits, lay.has_inf)
                 for v in zip(n, n_zero, n_log, s1, hist)]
         assert [tuple(v) for v in zip(cb.tolist(), ref.tolist())] == want
+        # scored a few candidates per pass (passes that split a chunk's candidates): the same choice
+        cb2, ref2 = tb.select_codebooks(t(n), t(n_zero), t(n_log), t(s1), t(hist), lay, rows_per_pass=37)
+        assert torch.equal(cb2, cb) and torch.equal(ref2, ref)
         # the chunks' sample histograms, a short last chunk included
         for cs in (1000, 20000):
             w = rng.integers(0, 1 << (8 * lay.itemsize), 3 * cs + cs // 3).astype(lay.uint)
