@@ -293,12 +293,19 @@ def ring(shards: list, group, encode, decode_into, *, reduce: bool, gather: bool
                 last = s + 1 == steps
                 users = (1 + gather) if last else 1       # next hop's encode; or keep, and the gather's
 
-                def reduce_slice(buf=buf, got=got, own=own, users=users, out=dst[j][k] if last and direct else None):
+                # the last step's sum goes straight to its destination (no copy afterwards)
+                def reduce_slice(buf=buf, got=got, own=own, users=users, out=dst[j][k] if last else None):
                     nbytes = own.numel() * own.element_size()
                     total = None if out is not None else _Lease(POOL.take(nbytes), users)
                     target = out if out is not None else total.buf[:nbytes].view(own.dtype)
                     if direct:                            # raw bytes: incoming + own in one pass
                         torch.add(buf.view(own.dtype), own, out=target)
+                    elif _overlaps(target, own):          # in place: decoded aside, then incoming + own
+                        aside = POOL.take(nbytes)
+                        incoming = aside[:nbytes].view(own.dtype)
+                        decode_into(buf, incoming)
+                        torch.add(incoming, own, out=target)
+                        POOL.give(aside)
                     else:                                 # incoming + own, as the unpipelined ring adds
                         decode_into(buf, target)
                         target.add_(own)
