@@ -356,12 +356,16 @@ def sample_histograms(words, lay, chunk_size: int):
     numel, cs = words.numel(), chunk_size
     C = -(-numel // cs)
     nb = cbk.n_bins(lay.exp_bits)
-    w = words.to(torch.int64) & ((1 << (8 * lay.itemsize)) - 1)
+    mask = (1 << (8 * lay.itemsize)) - 1
+
+    def widen(sample):                     # the sampled words only (not the whole tensor) as int64
+        return sample.to(torch.int64) & mask
+
     full = numel // cs
-    groups = [(0, full, w[:full * cs].view(full, cs)[:, ::cbk.sample_step(cs)].reshape(full, -1))] if full else []
+    groups = [(0, full, widen(words[:full * cs].view(full, cs)[:, ::cbk.sample_step(cs)]).reshape(full, -1))] if full else []
     if full < C:
-        rest = w[full * cs:]
-        groups.append((full, 1, rest[::cbk.sample_step(len(rest))].reshape(1, -1)))
+        rest = words[full * cs:]
+        groups.append((full, 1, widen(rest[::cbk.sample_step(len(rest))]).reshape(1, -1)))
     hist = torch.zeros((C, nb), dtype=torch.int64, device=words.device)
     M, E = lay.man_bits, lay.exp_bits
     for first, count, sample in groups:
