@@ -1,5 +1,6 @@
 """Where the device encoder's and decoder's end-to-end time goes, beyond the kernels (a CUDA GPU):
-``python -m bench.gpu_profile OUT_DIR [n_values]``.
+``python -m bench.gpu_profile OUT_DIR [n_values] [dialects]`` (dialects: ``triton,cuda``; without a GPU it
+runs on the CPU, Triton under ``TRITON_INTERPRET=1``: a smoke test, ~100 s for 3000 values, triton).
 
 Writes OUT_DIR/profile_{dialect}.txt per dialect: the end-to-end times of one encode and one decode
 of bf16 values (after a warm-up), the Python functions with the most own time (cProfile: a torch op
@@ -26,30 +27,33 @@ def main(argv=None) -> int:
     out = Path(argv[0] if argv else "gpu-profile")
     out.mkdir(parents=True, exist_ok=True)
     n = int(argv[1]) if len(argv) > 1 else 128 << 20
-    x = (torch.randn(n, device="cuda") * 0.02).to(torch.bfloat16)
+    dialects = argv[2].split(",") if len(argv) > 2 else ["triton", "cuda"]
+    gpu = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    x = (torch.randn(n, device="cuda" if gpu else "cpu") * 0.02).to(torch.bfloat16)
     x.view(torch.int16)[::53] = 0
     lay = codec.layouts.layout_for("bfloat16")
     words = x.view(torch.uint16)
-    for dialect in ("triton", "cuda"):
+    for dialect in dialects:
         kern = dv.kernel_set(dialect, "bfloat16")
         enc = lambda: dv.encode_stream(words, lay, x.shape, 1 << 16, 0, kernels=kern)   # noqa: E731
         s = enc()
         dec = lambda: dv.decode_stream(s, kernels=kern)                                 # noqa: E731
         dec()
-        torch.cuda.synchronize()
-        lines = [f"# {dialect}: {n} bf16 values on {torch.cuda.get_device_name()}"]
+        sync()
+        lines = [f"# {dialect}: {n} bf16 values on {torch.cuda.get_device_name() if gpu else 'the CPU'}"]
         for name, fn in (("encode", enc), ("decode", dec)):
             times = []
             for _ in range(5):
                 t = time.perf_counter()
                 fn()
-                torch.cuda.synchronize()
+                sync()
                 times.append((time.perf_counter() - t) * 1e3)
             lines.append(f"{name}: {sorted(times)[2]:.2f} ms (median of 5; all {[round(v, 2) for v in times]})")
             prof = cProfile.Profile()
             prof.enable()
             fn()
-            torch.cuda.synchronize()
+            sync()
             prof.disable()
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
@@ -57,9 +61,9 @@ def main(argv=None) -> int:
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
             lines += [f"## {name}: cProfile, by cumulative time", buf.getvalue()]
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])) as p:
                 fn()
-                torch.cuda.synchronize()
+                sync()
             ka = p.key_averages()
             lines += [f"## {name}: torch ops by host time", ka.table(sort_by="self_cpu_time_total", row_limit=30),
                       f"## {name}: by device time", ka.table(sort_by="self_device_time_total", row_limit=20)]
