@@ -337,7 +337,6 @@ class DecodePlan:
 
 # --------------------------------------------------------------------------------- device encoder
 @functools.cache
-@functools.cache
 def _family_tensors(device: str):
     """The codebook family's freqs, mean offsets, code lengths and zero thresholds as int64 tensors on
     ``device`` (copied there once per device: the fit and the tables use them on every call)."""

@@ -291,12 +291,12 @@ def ring(shards: list, group, encode, decode_into, *, reduce: bool, gather: bool
                 frame, buf = got.buf[:PREFIX + size], got.buf[PREFIX:PREFIX + size]
             if ph == "rs":
                 last = s + 1 == steps
-                users = (1 + gather) if last else 1       # next hop's encode; or keep, and the gather's
 
-                # the last step's sum goes straight to its destination (no copy afterwards)
-                def reduce_slice(buf=buf, got=got, own=own, users=users, out=dst[j][k] if last else None):
+                # a partial sum goes to a pooled buffer, freed once the next hop's encode is done; the last
+                # step's (this rank's shard, complete) straight to its destination, no copy afterwards
+                def reduce_slice(buf=buf, got=got, own=own, out=dst[j][k] if last else None):
                     nbytes = own.numel() * own.element_size()
-                    total = None if out is not None else _Lease(POOL.take(nbytes), users)
+                    total = None if out is not None else _Lease(POOL.take(nbytes))
                     target = out if out is not None else total.buf[:nbytes].view(own.dtype)
                     if direct:                            # raw bytes: incoming + own in one pass
                         torch.add(buf.view(own.dtype), own, out=target)
@@ -315,15 +315,8 @@ def ring(shards: list, group, encode, decode_into, *, reduce: bool, gather: bool
                 pending.append(f)
                 if not last:
                     _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("rs", s + 1, k)])
-                else:                                     # shard r is complete: it is the result
-                    def keep(f, j=j, k=k):
-                        t, lease = f.result()
-                        if lease is not None:
-                            dst[j][k].copy_(t)
-                            lease.done()
-                    pending.append(dec_pool.submit(keep, f))
-                    if gather:
-                        _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])
+                elif gather:                              # shard r is complete: it goes round as it is
+                    _forward(enc_pool.submit(lambda f=f: framed(*f.result())), slots[("ag", 0, k)])
             else:
                 def decode_slice(buf=buf, got=got, out=dst[j][k]):
                     decode_into(buf, out)
