@@ -5,8 +5,8 @@
 
 Runs single-thread encode or decode(out=buf) of 8 Mi Gaussian values in a child process under
 ``perf record -e cpu-clock`` (a software event: works in VMs that expose no PMU), while the child writes
-the executable memory its JIT-compiled kernels live in to a file.  The parent maps each sample's address
-into that dump, disassembles it with objdump and prints the hottest instructions with their
+the executable mappings its JIT-compiled kernels live in to files.  The parent maps each sample's address
+into those dumps, disassembles it with objdump and prints the hottest instructions with their
 neighbourhood, each annotated with its share of all samples.  A timer-interrupt sample lands on the
 instruction *after* the one that was waiting (skid): read a hot line as "the instruction above me was
 slow to retire".  Needs ``perf`` (Debian's linux-perf) and binutils' objdump; root or
@@ -44,17 +44,16 @@ with open("/proc/self/maps") as f:
         lo, hi = (int(v, 16) for v in span.split("-"))
         if "x" in perms and any(lo <= b < hi for b in bases):
             regions.append((lo, hi))
-lo = min(r[0] for r in regions)
-hi = max(r[1] for r in regions)
-with open(dump, "wb") as f:
-    f.write(ctypes.string_at(lo, hi - lo))
+for i, (lo, hi) in enumerate(regions):      # each mapping apart: the gaps between them are not readable
+    with open(f"{dump}.{i}", "wb") as f:
+        f.write(ctypes.string_at(lo, hi - lo))
 t0 = time.perf_counter()
 calls = 0
 while time.perf_counter() - t0 < seconds:
     codec.decode(blob, out=out) if what == "decode" else codec.encode(x)
     calls += 1
 mbps = calls * x.nbytes / (time.perf_counter() - t0) / 1e6
-print(json.dumps({"lo": lo, "hi": hi, "bases": bases, "MBps": mbps}))
+print(json.dumps({"regions": regions, "bases": bases, "MBps": mbps}))
 '''
 
 
@@ -85,15 +84,17 @@ def main(argv=None) -> int:
         info = json.loads(child.stdout.strip().splitlines()[-1])
         ips = subprocess.run(["perf", "script", "-i", data, "-F", "ip"], check=True, capture_output=True,
                              text=True).stdout.split()
-        rows = _disassemble(dump, info["lo"])
-    lo, hi = info["lo"], info["hi"]
+        regions = info["regions"]
+        rows = [row for i, (r_lo, _) in enumerate(regions) for row in _disassemble(f"{dump}.{i}", r_lo)]
+    lo = regions[0][0]                           # offsets below are from the first mapping's start
+    size = sum(r_hi - r_lo for r_lo, r_hi in regions)
     counts = collections.Counter(int(ip, 16) for ip in ips)
     total = sum(counts.values())
-    inside = sum(n for a, n in counts.items() if lo <= a < hi)
+    inside = sum(n for a, n in counts.items() if any(r_lo <= a < r_hi for r_lo, r_hi in regions))
     from bench.speed import _cpu_model
     print(f"# {args.what} {args.dtype}: {info['MBps']:.0f} MB/s single thread; {_cpu_model()}")
     print(f"# {total} samples, {100 * inside / max(total, 1):.1f} % inside the kernels' code "
-          f"({hi - lo} bytes at {lo:#x}; kernel entries at {', '.join(hex(b) for b in info['bases'])})")
+          f"({size} bytes in {len(regions)} mapping(s) from {lo:#x}; kernel entries at {', '.join(hex(b) for b in info['bases'])})")
     index = {a: i for i, (a, _) in enumerate(rows)}
     hot = sorted(index[a] for a in [a for a, _ in counts.most_common() if a in index][:args.top])
     spans = []                                   # each hot line's neighbourhood, overlapping ones merged
