@@ -66,10 +66,20 @@ def test_every_byte_flip_detected_with_checksum(name):
             codec.decode(bytes(bad), backend=BACKENDS[i % 2])
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", pytest.param("fp8", marks=pytest.mark.slow), "signs"])
-def test_every_byte_flip_without_checksum_never_crashes(name):
+# Without the checksum each flip is decoded by both backends, the reference slowly (the "coded" and "signs"
+# streams took 25 s and 20 s on Zen 3): the README's run flips their positions i % 3 == 0, CI's slow step
+# the others, so that CI still flips every position of every stream.
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name, part", [("coded", 0), pytest.param("coded", 1, marks=_SLOW), ("mixed", None),
+                                        pytest.param("fp8", None, marks=_SLOW), ("signs", 0),
+                                        pytest.param("signs", 1, marks=_SLOW)])
+def test_every_byte_flip_without_checksum_never_crashes(name, part):
     blob = _small_streams(False)[name]
     for i in range(len(blob)):
+        if part is not None and (i % 3 == 0) != (part == 0):
+            continue
         bad = bytearray(blob)
         bad[i] ^= 0xFF if i % 2 else 1 << (i % 8)
         _decode_or_format_error(bytes(bad))
