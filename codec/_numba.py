@@ -1620,3 +1620,57 @@ def or_low_bits(buf, width, words):
             words[i] |= (acc & mask) << (8 * full)
             acc >>= rem
             nacc -= rem
+
+
+# numba 0.68 keys its on-disk cache on a hash of the jitted function's own file (this one): the intrinsics
+# of _simd.py, the constants of codebook/format/layouts and the kernel variants chosen at import are
+# compiled in but not part of the key, so after an edit there the old kernels kept loading (found
+# 2026-12-05: tests and a benchmark table ran kernels compiled before an edit of _simd.py; touching this
+# file does not help, the key is its content).  The cache directory records what its kernels were
+# compiled from; on a mismatch this module's index files are dropped and the kernels compiled again.
+_KERNEL_SOURCES = ("_simd.py", "_threads.py", "codebook.py", "format.py", "layouts.py")
+
+
+def _kernel_stamp() -> str:
+    import hashlib
+    import os
+
+    from . import _simd
+
+    h = hashlib.sha256(f"{_simd.STREAM_MOVES},{_simd.TABLE_LOOKUPS}".encode())
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in _KERNEL_SOURCES:
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+def drop_stale_cache(cache_dir, prefix: str, stamp: str) -> bool:
+    """Remove numba's index files ``prefix*.nbi`` in ``cache_dir`` unless its file ``prefix + "sources"``
+    holds ``stamp``, then record ``stamp`` there.  True when indexes were dropped.  An unwritable
+    directory is left alone (numba then does not cache there either)."""
+    import os
+
+    mark = os.path.join(cache_dir, prefix + "sources")
+    try:
+        with open(mark) as f:
+            if f.read() == stamp:
+                return False
+    except OSError:
+        pass
+    try:
+        for name in os.listdir(cache_dir):
+            if name.startswith(prefix) and name.endswith(".nbi"):
+                os.remove(os.path.join(cache_dir, name))
+        tmp = f"{mark}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(stamp)
+        os.replace(tmp, mark)
+    except OSError:
+        return False
+    return True
+
+
+_cache_path = getattr(getattr(_encode_window, "_cache", None), "_cache_path", None)
+if _cache_path is not None:
+    drop_stale_cache(_cache_path, "_numba.", _kernel_stamp())

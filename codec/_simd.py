@@ -14,9 +14,10 @@ slots always exist (the index is masked), the stream has 16 words left, the outp
 Each intrinsic's docstring is the scalar loop it computes; the tests check the bytes against
 the NumPy reference (tests/test_simd.py).
 
-Numba's on-disk cache is keyed on the stamp of the file that holds the jitted function
-(``codec/_numba.py``), not on this one: after editing this file, touch ``codec/_numba.py`` or
-delete ``codec/__pycache__/_numba*`` before measuring or testing.
+Numba's on-disk cache is keyed on a hash of the file that holds the jitted function
+(``codec/_numba.py``), not of this one: ``codec._numba`` records a hash of this file (and of the
+other modules compiled into the kernels) in the cache directory and drops its stale index files
+when it changes (``codec._numba.drop_stale_cache``).
 """
 from __future__ import annotations
 
@@ -122,8 +123,8 @@ STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", STREAM_MOVE_FORMS)
 TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("gather", None))
 TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS)
 PERMUTE = TABLE_LOOKUPS == "permute"
-# AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client cores): no mask registers and no gathers LLVM
-# will emit; _mask16 and _lane_loads then take forms that are shorter there
+# AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client cores): no gathers LLVM will emit there;
+# _lane_loads then does the lookups
 _AVX2_ONLY = "+avx512f" not in _target_features().split(",") and "+avx" in _target_features().split(",")
 RANKED_SYMBOLS = 32
 
@@ -226,24 +227,8 @@ def _ranked_lookup(builder, rk, ftab, inv, s):
     return fc, builder.shuffle_vector(halves[0], halves[1], _const_vec(_I32, range(LANES)))
 
 
-def _mask16(builder, mask):
-    """A 16-lane mask (of 32-bit lane compares) as an i16, lane i in bit i.  On AVX-512 a mask register
-    already is one; on AVX2 LLVM packs the compare lanes down to bytes for a vpmovmskb (five dependent
-    instructions); two vmovmskps and an or are shorter on the rounds' critical path."""
-    if not _AVX2_ONLY:
-        return builder.bitcast(mask, _I16)
-    fn = _declare(builder, "llvm.x86.avx.movmsk.ps.256", _I32, [ir.VectorType(ir.FloatType(), 8)])
-    wide = builder.sext(mask, _vec(_I32))
-    halves = []
-    for h in range(2):
-        v = builder.shuffle_vector(wide, ir.Constant(_vec(_I32), None), _const_vec(_I32, range(8 * h, 8 * h + 8)))
-        halves.append(builder.call(fn, [builder.bitcast(v, ir.VectorType(ir.FloatType(), 8))]))
-    m = builder.or_(halves[0], builder.shl(halves[1], ir.Constant(_I32, 8)))
-    return builder.trunc(m, _I16)
-
-
 def _popcount16(builder, mask):
-    return builder.zext(builder.ctpop(_mask16(builder, mask)), _I64)
+    return builder.zext(builder.ctpop(builder.bitcast(mask, _I16)), _I64)
 
 
 def _prefix_mask(builder, count):
@@ -314,7 +299,7 @@ def _control(builder, table, m8):
 
 def _mask_bytes(builder, mask):
     """(low 8 lanes, high 8 lanes) of a 16-lane mask as i64 bytes."""
-    m = builder.zext(_mask16(builder, mask), _I64)
+    m = builder.zext(builder.bitcast(mask, _I16), _I64)
     return builder.and_(m, ir.Constant(_I64, 0xFF)), builder.lshr(m, ir.Constant(_I64, 8))
 
 
@@ -628,7 +613,7 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
         # frequency (codec.codebook.clip_to_dtype); so only ESC and ZERO lanes need the scalar path
         bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
         _store_values16(context, builder, st[14], oa, atv, res, t, emv, shiftv)
-        any_bad = builder.icmp_unsigned("!=", _mask16(builder, bad), ir.Constant(_I16, 0))
+        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0))
         with builder.if_then(any_bad, likely=False):     # only the redo of this group reads them
             builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
                                                            _vec(_I8)), align=1)
@@ -701,7 +686,7 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
         top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
             _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))                         # 2 * top + 1
         bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)), builder.icmp_unsigned(">", t, top2))
-        any_bad = builder.or_(builder.icmp_unsigned("!=", _mask16(builder, bad), ir.Constant(_I16, 0)),
+        any_bad = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
                               builder.not_(enough))
         res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv)
         _store_values16(context, builder, st[10], oa, atv, res, t, emv, shiftv)

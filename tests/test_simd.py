@@ -623,3 +623,23 @@ def test_lane_compress_and_expand_for_every_mask():
     want_c[np.arange(16) < n[:, None]] = v[sel]                 # row-major: each row's set lanes in order
     want_e = np.where(sel, np.take_along_axis(v, np.maximum(rank, 0), 1), 0)
     assert np.array_equal(got_c, want_c) and np.array_equal(got_e, want_e)
+
+
+def test_stale_kernel_index_files_are_dropped(tmp_path):
+    """numba keys its cache on codec/_numba.py's content only: codec._numba.drop_stale_cache removes the
+    module's index files when what else the kernels are compiled from (its stamp) changes, and only then."""
+    from codec._numba import _kernel_stamp, drop_stale_cache
+
+    def files():
+        return sorted(p.name for p in tmp_path.iterdir())
+
+    for name in ("_numba.a-1.py311.nbi", "_numba.a-1.py311.1.nbc", "_other.b-2.py311.nbi"):
+        (tmp_path / name).write_bytes(b"x")
+    assert drop_stale_cache(tmp_path, "_numba.", "one")                       # no record yet: stale
+    assert files() == ["_numba.a-1.py311.1.nbc", "_numba.sources", "_other.b-2.py311.nbi"]
+    (tmp_path / "_numba.a-1.py311.nbi").write_bytes(b"x")
+    assert not drop_stale_cache(tmp_path, "_numba.", "one")                   # same sources: kept
+    assert "_numba.a-1.py311.nbi" in files()
+    assert drop_stale_cache(tmp_path, "_numba.", "two")                       # an edit: dropped
+    assert "_numba.a-1.py311.nbi" not in files() and (tmp_path / "_numba.sources").read_text() == "two"
+    assert len(_kernel_stamp()) == 64 and _kernel_stamp() == _kernel_stamp()
