@@ -30,7 +30,7 @@ from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
-                    pack_fields16, prefetch,
+                    pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     stats16, fill16,
                     values16_escaped, values16_window)
@@ -1635,9 +1635,7 @@ def _kernel_stamp() -> str:
     import hashlib
     import os
 
-    from . import _simd
-
-    h = hashlib.sha256(f"{_simd.STREAM_MOVES},{_simd.TABLE_LOOKUPS}".encode())
+    h = hashlib.sha256(f"{STREAM_MOVES},{TABLE_LOOKUPS}".encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for name in _KERNEL_SOURCES:
         with open(os.path.join(here, name), "rb") as f:
