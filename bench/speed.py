@@ -201,14 +201,14 @@ blob = codec.encode(x)
 best = {}
 def timed(key, fn):
     t = time.perf_counter(); r = fn(); best[key] = min(best.get(key, 1e9), time.perf_counter() - t); return r
-for _ in range(repeat + 1):          # the first round settles the heap: not kept
+for r in range(repeat + 1):          # the first round settles the heap: not kept
     n, te, td = zipnn(x)
     best["zipnn_enc"] = min(best.get("zipnn_enc", 1e9), te); best["zipnn_dec"] = min(best.get("zipnn_dec", 1e9), td)
     timed("enc", lambda: codec.encode(x))
     y = timed("dec", lambda: codec.decode(blob))
     assert np.array_equal(np.ascontiguousarray(y).view(np.uint8), x.view(np.uint8))
     y = None
-    if _ == 0:
+    if r == 0:
         best.clear()
 print(json.dumps({k: x.nbytes / 1e6 / v for k, v in best.items()}))
 """
