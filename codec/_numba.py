@@ -23,9 +23,11 @@ from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE
                        load_family, n_codebooks)
 from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
-                     FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, MAX_LANES, RANS_L,
+                     FAULT_SPARSE, FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE,
+                     MAX_LANES, RANS_L, SPARSE_GAP_BYTES,
                      SIGN_NEGATIVE, SIGN_POSITIVE, SIGN_STORED, VALUES_PER_LANE, ZERO_BLOCK_MODES, Header,
-                     chunk_fault, crc32c, parse_chunk_head, plane_width, sign_modes, zero_block_modes)
+                     chunk_fault, crc32c, parse_chunk_head, parse_sparse, plane_width, sign_modes,
+                     zero_block_modes)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
@@ -695,6 +697,146 @@ def _is_const(w, n):
     return True
 
 
+@njit(cache=True, inline="always")
+def _or_words(w, n):
+    """The OR of ``w[:n]`` (a loop the compiler vectorises)."""
+    acc = w[0]
+    for i in range(1, n):
+        acc |= w[i]
+    return np.int64(acc)
+
+
+@njit(cache=True, inline="always")
+def _varint_nbytes(v):
+    return 1 + (v >= 128) + (v >= 16384)
+
+
+@njit(cache=True)
+def _sparse_nbytes(w, n, k, width):
+    """Bytes of the SPARSE payload (codec.format) of ``w[:n]``, which has ``k`` non-zero words whose OR
+    is ``width`` bits long."""
+    size = _varint_nbytes(k) + 1 + _packed_nbytes(k, width)
+    prev = -1
+    for i in range(n):
+        if w[i] != 0:
+            size += _varint_nbytes(i - prev - 1)
+            prev = i
+    return size
+
+
+@njit(cache=True)
+def _put_sparse(w, n, k, width, out):
+    """Write the SPARSE payload of ``w[:n]`` (``k`` non-zero words, their OR ``width`` bits long) to
+    ``out``; return its size."""
+    p = 0
+    v = k
+    while v >= 128:
+        out[p] = (v & 127) | 128
+        v >>= 7
+        p += 1
+    out[p] = v
+    out[p + 1] = width
+    p += 2
+    at = np.empty(k, np.int64)
+    prev = -1
+    j = 0
+    for i in range(n):
+        if w[i] != 0:
+            g = i - prev - 1
+            while g >= 128:
+                out[p] = (g & 127) | 128
+                g >>= 7
+                p += 1
+            out[p] = g
+            p += 1
+            prev = i
+            at[j] = i
+            j += 1
+    full = width >> 3
+    rem = width & 7
+    for b in range(full):
+        for j in range(k):
+            out[p + b * k + j] = (np.int64(w[at[j]]) >> (8 * b)) & 0xFF
+    p += full * k
+    if rem:
+        nb = (k * rem + 7) >> 3
+        out[p:p + nb] = 0
+        for j in range(k):
+            r = (np.int64(w[at[j]]) >> (8 * full)) & ((1 << rem) - 1)
+            bit = j * rem
+            out[p + (bit >> 3)] |= (r << (bit & 7)) & 0xFF
+            if (bit & 7) + rem > 8:
+                out[p + (bit >> 3) + 1] |= r >> (8 - (bit & 7))
+        p += nb
+    return p
+
+
+@njit(cache=True, inline="always")
+def _sparse_chunk(buf, a, b, n, itemsize, dst):
+    """Decode the SPARSE chunk ``buf[a:b]`` (codec.format; the same checks as codec.format.parse_sparse)
+    into ``dst[:n]``; return 0 or FAULT_SPARSE."""
+    k = 0
+    p = a
+    for d in range(3):
+        if p >= b:
+            return FAULT_SPARSE
+        c = np.int64(buf[p])
+        p += 1
+        k |= (c & 127) << (7 * d)
+        if c < 128:
+            if d > 0 and c == 0:
+                return FAULT_SPARSE
+            break
+        if d == 2:
+            return FAULT_SPARSE
+    if k < 1 or k > n or p >= b:
+        return FAULT_SPARSE
+    width = np.int64(buf[p])
+    p += 1
+    if width < 1 or width > 8 * itemsize:
+        return FAULT_SPARSE
+    gaps_end = b - _packed_nbytes(k, width)
+    if gaps_end < p + k or gaps_end > p + SPARSE_GAP_BYTES * k:
+        return FAULT_SPARSE
+    rem = width & 7
+    if rem and (k * rem) & 7 and np.int64(buf[b - 1]) >> ((k * rem) & 7):
+        return FAULT_SPARSE
+    for i in range(n):
+        dst[i] = 0
+    full = width >> 3
+    q = gaps_end
+    rq = q + full * k
+    pos = -1
+    for j in range(k):
+        g = 0
+        for d in range(SPARSE_GAP_BYTES + 1):
+            if d == SPARSE_GAP_BYTES or p >= gaps_end:
+                return FAULT_SPARSE
+            c = np.int64(buf[p])
+            p += 1
+            g |= (c & 127) << (7 * d)
+            if c < 128:
+                if d > 0 and c == 0:
+                    return FAULT_SPARSE
+                break
+        pos += g + 1
+        if pos >= n:
+            return FAULT_SPARSE
+        v = 0
+        for bb in range(full):
+            v |= np.int64(buf[q + bb * k + j]) << (8 * bb)
+        if rem:
+            bit = j * rem
+            r = np.int64(buf[rq + (bit >> 3)]) >> (bit & 7)
+            if (bit & 7) + rem > 8:
+                r |= np.int64(buf[rq + (bit >> 3) + 1]) << (8 - (bit & 7))
+            v |= (r & ((1 << rem) - 1)) << (8 * full)
+        dst[pos] = v
+    if p != gaps_end:
+        return FAULT_SPARSE
+    return 0
+
+
 @njit(cache=True)
 def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, best, ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
@@ -718,6 +860,25 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
+    raw = n * itemsize
+    # SPARSE (codec.format, version 6): its size where it may be below the raw chunk's.  Sized before
+    # coding where it is small (then it bounds the coding: a 99 %-zero chunk stops its rANS rounds
+    # early), else only if the coded payload leaves it room (a lower bound first: one byte a gap)
+    k_nz = n - n_zero
+    sp_lb = -1
+    width = 0
+    if 2 + k_nz + _packed_nbytes(k_nz, 1) < raw:
+        width = 8 * itemsize if stats[5] > 0 else 64 - np.int64(leading_zeros(np.uint64(_or_words(w, n))))
+        sp_lb = 2 + k_nz + _packed_nbytes(k_nz, width)
+        if sp_lb >= raw:
+            sp_lb = -1
+    sp = -1
+    if sp_lb >= 0 and 4 * sp_lb < raw:
+        sp = _sparse_nbytes(w, n, k_nz, width)
+        if sp >= raw:
+            sp = -1
+            sp_lb = -1
+    sp_cap = sp if sp >= 0 else raw
     cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
     scratch = np.empty(0, np.uint8)
     if 32 * n_zero >= n:                    # zero blocks could skip 1/32 of the chunk
@@ -765,15 +926,16 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
             kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], stats[5])
             # a later candidate is kept only when strictly smaller: it stops once it is not
+            lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
                                 mean_offsets, code_lengths, zero_thresholds, mode, bitmap, len(bitmap), scratch, sym,
-                                wbuf, ahead, cand_size - 1 if cand_size >= 0 else len(scratch))
-            if size <= len(scratch) and (cand_size < 0 or size < cand_size):
+                                wbuf, ahead, lim)
+            if size <= lim:
                 cand_size = size
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, n * itemsize - 1)
+                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
                                  zero_thresholds, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
@@ -781,6 +943,11 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             best[:best_size] = scratch[:best_size]
         else:
             best_size = cand_size
+    coded = min(best_size, raw)             # (a payload that stopped at its limit is above it)
+    if sp < 0 and sp_lb >= 0 and sp_lb < coded:
+        sp = _sparse_nbytes(w, n, k_nz, width)
+    if sp >= 0 and sp < coded and sp < raw:   # the coded payload wins a tie, and so does the raw chunk
+        return KIND_SPARSE, _put_sparse(w, n, k_nz, width, best)
     if best_size >= n * itemsize:
         for i in range(n):
             v = np.int64(w[i])
@@ -1446,6 +1613,9 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
         lo = (first + j) * chunk_size
         n = min(chunk_size, numel - lo)
         dst = out[j * chunk_size:j * chunk_size + n]
+        if kinds[j] == KIND_SPARSE:
+            errors[j] = _sparse_chunk(buf, starts[j], ends[j], n, itemsize, dst)
+            continue
         if kinds[j] != KIND_CODED:
             _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
             continue
@@ -1554,6 +1724,9 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
         if code in HEAD_FAULTS:
             parse_chunk_head(h, mv, i)          # raises the fault with its values (the kernel has only the code)
+        if code == FAULT_SPARSE:                # says what is wrong
+            a, b = h.chunk_span(i)
+            parse_sparse(mv[a:b], h.chunk_len(i), lay.itemsize, i)
         raise chunk_fault(i, code)
 
 

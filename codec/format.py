@@ -1,10 +1,10 @@
-"""The zipccl stream format, versions 1 to 5: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 6: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (5; 1 to 4 are still read, see "Versions" below)
+    4       1         format version (6; 1 to 5 are still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
     6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor,
                       bit2 compact head (version 4; the layout below "Compact head" follows)
@@ -24,6 +24,11 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
 
     KIND_RAW    n*w bytes: the words as they are (used when coding would expand)
     KIND_CONST  w bytes: one word repeated n times (all-zero chunks are CONST 0)
+    KIND_SPARSE (version 6) the chunk's k non-zero words and where they are, every other word +0:
+                varint k (1 <= k <= n) | u8 width (1 <= width <= 8w) | k varints: gap_j = pos_j - pos_{j-1} - 1
+                (pos_{-1} = -1; each at most 3 bytes, the last position < n) | the k words packed with
+                ``width`` bits (the residual plane's packing: width // 8 byte planes, low byte first, then
+                the remaining bits little-endian; padding bits 0).  The payload ends exactly there.
     KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 narrow
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
                 | mode 0: nothing; mode m in zero_block_modes(version): a bitmap of ceil(n / 2^m) bits
@@ -76,6 +81,15 @@ each shape is also tried at the reference exponent that puts the sample's highes
 the window.  Its heads and payloads are version 4's (one parser reads both); the version number says
 which encoder wrote the stream, so that the golden streams pin each encoder's bytes.
 
+Version 6 added KIND_SPARSE (a 2-bit kind, so also in the compact head, whose varint sizes then
+cover CODED and SPARSE chunks): a chunk of a few non-zero words (an fp16 Adam second moment that
+underflowed but for a few entries, an embedding gradient's used rows) pays about a byte a position
+and its words' significant bits, instead of a coded chunk's head, bitmap and rANS states.  The
+encoder's choice per chunk (every backend): CONST if one word repeats; else the smallest of the coded
+payloads (plain, then zero-block modes, as in version 5), SPARSE (``sparse_nbytes``: width is the bit
+length of the OR of the chunk's words) and RAW, where CODED wins a tie with SPARSE and RAW wins a
+tie with either.  Chunks of other kinds and coded payloads are version 5's byte for byte.
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
 (:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
@@ -95,20 +109,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from .codebook import FAMILY_VERSION, n_codebooks
-from .layouts import FloatLayout, layout_by_code, packed_nbytes
+from .layouts import FloatLayout, layout_by_code, pack_bits, packed_nbytes, unpack_bits
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 5                # what the encoder writes
-READ_VERSIONS = (1, 2, 3, 4, 5)   # what the decoders read
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2}   # the codebook family each format version's streams use
+FORMAT_VERSION = 6                   # what the encoder writes
+READ_VERSIONS = (1, 2, 3, 4, 5, 6)   # what the decoders read
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2}   # the codebook family each format version's streams use
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
 COMPACT_MAX_CHUNKS = 4            # the most chunks a compact head describes
 COMPACT_FIXED = 8                 # magic, version, dtype, flags, ndim
-KIND_RAW, KIND_CODED, KIND_CONST = 0, 1, 2
-KIND_NAMES = {KIND_RAW: "raw", KIND_CODED: "coded", KIND_CONST: "const"}
+KIND_RAW, KIND_CODED, KIND_CONST, KIND_SPARSE = 0, 1, 2, 3
+KIND_NAMES = {KIND_RAW: "raw", KIND_CODED: "coded", KIND_CONST: "const", KIND_SPARSE: "sparse"}
+SPARSE_GAP_BYTES = 3              # a sparse chunk's gap varints: chunks of at most 2^20 values need 21 bits
 MAX_NDIM = 32
 MAX_CHUNK_SIZE = 1 << 20          # keeps the integer statistics inside int64
 MAX_NUMEL = 1 << 48
@@ -140,6 +155,7 @@ CHUNK_HEAD = Record("chunk_head", [("codebook", "H"), ("ref", "h"), ("shift", "B
 FAULT_SHORT, FAULT_MODE, FAULT_SHIFT, FAULT_CODEBOOK, FAULT_BITMAP, FAULT_EMPTY, FAULT_COUNTS, FAULT_SIZE = range(1, 9)
 FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
 FAULT_PAYLOAD = 13          # the device decoders' verdict: one of 9-12, not told apart
+FAULT_SPARSE = 14           # a sparse chunk's payload (version 6); parse_sparse says which part
 CHUNK_FAULTS = {
     FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
     FAULT_MODE: "unknown mode {mode} / sign mode {sign} with narrow {narrow}",
@@ -154,6 +170,7 @@ CHUNK_FAULTS = {
     FAULT_SYMBOLS: "decoded symbols disagree with the header counts",
     FAULT_EXPONENT: "exponent field out of range",
     FAULT_PAYLOAD: "coded payload inconsistent (rANS stream or counts)",
+    FAULT_SPARSE: "sparse payload malformed: {what}",
 }
 HEAD_FAULTS = range(FAULT_SHORT, FAULT_SIZE + 1)
 
@@ -192,6 +209,103 @@ def head_mode_ok(version: int, mode: int, sign: int, narrow: int) -> bool:
     has, high bits left out only where the sign is too (both are 0 in a version-1 head)."""
     return (mode == 0 or mode in zero_block_modes(version)) and sign in sign_modes(version) and (
         narrow == 0 or sign != SIGN_STORED)
+
+
+def max_kind(version: int) -> int:
+    """The highest chunk kind a version-``version`` stream may hold."""
+    return KIND_SPARSE if version >= 6 else KIND_CONST
+
+
+def _varint_nbytes(v):
+    """Bytes of the LEB128 varints of ``v`` (element-wise; values below 2^21)."""
+    return 1 + (v >= 1 << 7) + (v >= 1 << 14)
+
+
+def sparse_nbytes_at(pos: np.ndarray, values: np.ndarray) -> int:
+    """Bytes of the SPARSE payload of a chunk whose non-zero words are ``values`` at ``pos`` (ascending):
+    what the encoders compare with the coded payload and the raw chunk."""
+    gaps = np.diff(pos, prepend=-1) - 1
+    width = int(np.bitwise_or.reduce(values, initial=0)).bit_length()
+    return int(_varint_nbytes(len(pos))) + 1 + int(_varint_nbytes(gaps).sum()) + packed_nbytes(len(pos), width)
+
+
+def pack_sparse_at(pos: np.ndarray, values: np.ndarray) -> bytes:
+    """The SPARSE payload of a chunk whose non-zero words are ``values`` at ``pos`` (ascending)."""
+    g = np.diff(pos, prepend=-1).astype(np.int64) - 1
+    width = int(np.bitwise_or.reduce(values, initial=0)).bit_length()
+    n_b = _varint_nbytes(g)
+    vb = np.stack([(g & 0x7F) | ((n_b > 1) << 7), ((g >> 7) & 0x7F) | ((n_b > 2) << 7), g >> 14], axis=1)
+    gap_bytes = vb[np.arange(3)[None, :] < n_b[:, None]].astype(np.uint8).tobytes()
+    return _varint(len(pos)) + bytes([width]) + gap_bytes + pack_bits(values, width)
+
+
+def sparse_nbytes(words: np.ndarray) -> int:
+    """Bytes of the SPARSE payload of the chunk ``words`` (1-D unsigned, not all +0)."""
+    pos = np.flatnonzero(words)
+    return sparse_nbytes_at(pos, words[pos])
+
+
+def pack_sparse(words: np.ndarray) -> bytes:
+    """The SPARSE payload of the chunk ``words`` (1-D unsigned, not all +0)."""
+    pos = np.flatnonzero(words)
+    return pack_sparse_at(pos, words[pos])
+
+
+def parse_sparse(payload, n: int, itemsize: int, i: int = 0):
+    """``(positions, words)`` of the SPARSE payload ``payload`` (a uint8 array) of chunk ``i``, which
+    holds ``n`` values of ``itemsize`` bytes; raises :class:`FormatError` (FAULT_SPARSE) naming what
+    is wrong.  Vectorised: a sparse payload can hold most of a chunk."""
+    b = np.asarray(payload, dtype=np.uint8)
+
+    def bad(what):
+        return chunk_fault(i, FAULT_SPARSE, what=what)
+    size = len(b)
+    k, pos = 0, 0
+    for shift in (0, 7, 14):                             # varint k: k <= n <= 2^20
+        if pos >= size:
+            raise bad("payload ends inside its count")
+        k |= (int(b[pos]) & 0x7F) << shift
+        pos += 1
+        if b[pos - 1] < 0x80:
+            break
+    else:
+        raise bad("count longer than 3 bytes")
+    if pos > 1 and b[pos - 1] == 0:
+        raise bad("count not in its shortest form")
+    if not 1 <= k <= n:
+        raise bad(f"count {k} outside [1, {n}]")
+    if pos >= size:
+        raise bad("payload ends before its width")
+    width = int(b[pos])
+    pos += 1
+    if not 1 <= width <= 8 * itemsize:
+        raise bad(f"width {width} outside [1, {8 * itemsize}]")
+    packed = packed_nbytes(k, width)
+    gaps_end = size - packed
+    if not pos + k <= gaps_end <= pos + SPARSE_GAP_BYTES * k:
+        raise bad(f"{size} bytes cannot hold {k} gaps and {k} values of {width} bits")
+    gb = b[pos:gaps_end].astype(np.int64)
+    last = np.flatnonzero(gb < 0x80)                     # each varint's last byte
+    if len(last) != k or last[-1] != len(gb) - 1:
+        raise bad(f"gap bytes do not hold {k} varints")
+    first = np.concatenate([[0], last[:-1] + 1])
+    length = last - first + 1
+    if int(length.max()) > SPARSE_GAP_BYTES:
+        raise bad(f"a gap varint is longer than {SPARSE_GAP_BYTES} bytes")
+    if np.any((length > 1) & (gb[last] == 0)):
+        raise bad("a gap varint is not in its shortest form")
+    which = np.repeat(np.arange(k), length)
+    digit = np.arange(len(gb)) - np.repeat(first, length)
+    gaps = np.zeros(k, np.int64)
+    np.add.at(gaps, which, (gb & 0x7F) << (7 * digit))
+    positions = np.cumsum(gaps + 1) - 1
+    if positions[-1] >= n:
+        raise bad(f"position {int(positions[-1])} outside the chunk's {n} values")
+    plane = b[gaps_end:]
+    rem_bits = k * (width % 8)
+    if rem_bits % 8 and int(plane[-1]) >> (rem_bits % 8):
+        raise bad("padding bits set")
+    return positions, unpack_bits(plane, k, width)
 
 
 def lanes(n: int) -> int:
@@ -301,7 +415,7 @@ def _compact_table(kinds, sizes) -> bytes:
     packed = bytearray(-(-len(kinds) // 4))
     for i, k in enumerate(kinds):
         packed[i >> 2] |= k << (2 * (i & 3))
-    return bytes(packed) + b"".join(_varint(int(v)) for k, v in zip(kinds, sizes) if k == KIND_CODED)
+    return bytes(packed) + b"".join(_varint(int(v)) for k, v in zip(kinds, sizes) if k in (KIND_CODED, KIND_SPARSE))
 
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
@@ -415,7 +529,7 @@ def _parse_compact(mv, size: int):
     if bits >> (2 * n_chunks):
         raise FormatError("compact head's kinds byte has padding bits set")
     for i, k in enumerate(kinds):
-        if k > KIND_CONST:
+        if k > max_kind(mv[4]):
             raise FormatError(f"chunk {i} has unknown kind {k}")
     lay = layout_by_code(mv[5])
     if lay is None:
@@ -423,7 +537,7 @@ def _parse_compact(mv, size: int):
     numel = math.prod(shape)
     ends, end = [], 0
     for i, k in enumerate(kinds):
-        if k == KIND_CODED:
+        if k in (KIND_CODED, KIND_SPARSE):
             v, pos = _read_varint(mv, pos, "payload sizes")
             if v > size:
                 raise FormatError("chunk table points past the end of the stream")
@@ -522,8 +636,8 @@ def parse_header(buf, length: int | None = None) -> Header:
         bad = np.flatnonzero(const & (sizes != lay.itemsize))
         if len(bad):
             raise FormatError(f"chunk {int(bad[0])} (const) has a payload of {int(sizes[bad[0]])} bytes")
-        if n_chunks and int(kinds.max()) > KIND_CONST:
-            i = int(np.argmax(kinds > KIND_CONST))
+        if n_chunks and int(kinds.max()) > max_kind(version):
+            i = int(np.argmax(kinds > max_kind(version)))
             raise FormatError(f"chunk {i} has unknown kind {int(kinds[i])}")
     return h
 

@@ -210,3 +210,26 @@ def packed_nbytes(n: int, width: int) -> int:
     for NumPy arrays and torch tensors of counts and widths."""
     full, rem = width // 8, width % 8
     return n * full + (n * rem + 7) // 8
+
+
+def pack_bits(v: np.ndarray, width: int) -> bytes:
+    """``width // 8`` byte planes (low byte first), then the remaining bits packed little-endian."""
+    full, rem = divmod(width, 8)
+    v = v.astype(np.uint32)
+    parts = [((v >> (8 * b)) & 0xFF).astype(np.uint8).tobytes() for b in range(full)]
+    if rem:
+        bits = ((v[:, None] >> (8 * full + np.arange(rem, dtype=np.uint32))) & 1).astype(np.uint8)
+        parts.append(np.packbits(bits.ravel(), bitorder="little").tobytes())
+    return b"".join(parts)
+
+
+def unpack_bits(plane: np.ndarray, n: int, width: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``n`` values as uint32."""
+    full, rem = divmod(width, 8)
+    v = np.zeros(n, dtype=np.uint32)
+    for b in range(full):
+        v |= plane[b * n:(b + 1) * n].astype(np.uint32) << (8 * b)
+    if rem:
+        bits = np.unpackbits(plane[full * n:], count=n * rem, bitorder="little").reshape(n, rem)
+        v |= (bits.astype(np.uint32) << (8 * full + np.arange(rem, dtype=np.uint32))).sum(axis=1, dtype=np.uint32)
+    return v

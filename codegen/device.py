@@ -145,11 +145,13 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
     ids = np.arange(chunks.start, chunks.stop, dtype=np.int64)
     kinds = h.kinds[chunks.start:chunks.stop]
     lo = ids * h.chunk_size - base
-    rest = ids[kinds != fmt.KIND_CODED]
-    plain = np.stack(DEC_COPY.order(out_at=lo[kinds != fmt.KIND_CODED],
+    copied = (kinds == fmt.KIND_RAW) | (kinds == fmt.KIND_CONST)
+    rest = ids[copied]
+    plain = np.stack(DEC_COPY.order(out_at=lo[copied],
                                     n=np.minimum(h.chunk_size, h.numel - rest * h.chunk_size),
                                     pay_at=h.payload_start + np.where(rest > 0, h.ends[np.maximum(rest - 1, 0)], 0),
-                                    kind=kinds[kinds != fmt.KIND_CODED].astype(np.int64)), axis=1)
+                                    kind=kinds[copied].astype(np.int64)), axis=1)
+    sparse = _sparse_chunks(h, host if host is not None else buf_t, ids[kinds == fmt.KIND_SPARSE], base, words)
     ids = ids[kinds == fmt.KIND_CODED]
     dev = buf_t.device
     t = lambda a: torch.as_tensor(np.array(a, dtype=np.int64), device=dev)  # noqa: E731
@@ -160,11 +162,34 @@ def decode_into(h: fmt.Header, buf_t, chunks: range, words, *, host=None, kernel
         parsed = _host_heads(h, host if host is not None else buf_t, ids, out_at, dev)   # the message comes from here)
     metas, tables, his, nzb = parsed if parsed is not None else (None, None, None, None)
     plan = DecodePlan(kern, buf_t, words, nzb is not None, t(plain) if len(plain) else None, metas, tables, his,
-                      nzb if nzb is not None else t([0]), ids.tolist())
+                      nzb if nzb is not None else t([0]), ids.tolist(), sparse)
     if launch:
         plan.run()
         plan.check()
     return plan
+
+
+def _sparse_chunks(h, buf, ids, base, words):
+    """``(spans, at, values)`` of the SPARSE chunks ``ids``: their output ranges, and the positions and words
+    of their non-zero values, parsed and checked on the host (their payloads are small: each is shorter than
+    its chunk's coded payload), ready on the words' device; None without SPARSE chunks."""
+    import torch
+
+    if not len(ids):
+        return None
+    spans, at, vals = [], [], []
+    for i in ids.tolist():
+        a, b = h.chunk_span(i)
+        payload = buf[a:b] if isinstance(buf, np.ndarray) else buf[a:b].cpu().numpy()
+        pos, v = fmt.parse_sparse(payload, h.chunk_len(i), h.layout.itemsize, i)
+        lo = i * h.chunk_size - base
+        spans.append((lo, lo + h.chunk_len(i)))
+        at.append(lo + pos)
+        vals.append(v)
+    ints = h.layout.torch_view_ints
+    values = np.concatenate(vals).astype(h.layout.uint).view(h.layout.view_ints)
+    return (spans, torch.as_tensor(np.concatenate(at), device=words.device),
+            torch.as_tensor(values, device=words.device).view(ints))
 
 
 def _host_heads(h, buf, ids, out_at, dev):
@@ -301,6 +326,7 @@ class DecodePlan:
     his: object
     nzb: object
     ids: list
+    sparse: object = None        # (spans, positions, words) of the SPARSE chunks (_sparse_chunks)
     err: object = None
 
     def run(self, split: bool | None = None):
@@ -314,6 +340,12 @@ class DecodePlan:
             self.words.zero_()
         if self.plain is not None:
             self.kernels.dec_copy(len(self.plain), self.buf, self.plain, self.words)
+        if self.sparse is not None:
+            spans, at, values = self.sparse
+            ints = self.words.view(values.dtype)
+            for a, b in spans:
+                ints[a:b].zero_()
+            ints[at] = values
         if self.metas is None:
             return
         self.err = torch.zeros(len(self.metas), dtype=torch.int32, device=self.buf.device)
@@ -610,9 +642,13 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         better = size[sel] < best[cc[sel]]
         best[cc[sel[better]]] = size[sel[better]]
         pick[cc[sel[better]]] = sel[better]
-    coded = (const == 0) & (best < raw_size)
+    sparse, sparse_bytes = _sparse_payloads(words, lay, cs, n, const, zeros, torch.minimum(best, raw_size))
+    coded = (const == 0) & (best < raw_size) & ~sparse
     kinds = torch.where(const == 1, fmt.KIND_CONST, torch.where(coded, fmt.KIND_CODED, fmt.KIND_RAW))
     sizes = torch.where(const == 1, lay.itemsize, torch.where(coded, best, raw_size))
+    if sparse_bytes:
+        kinds[sparse] = fmt.KIND_SPARSE
+        sizes[sparse] = torch.as_tensor([len(p) for p in sparse_bytes], device=dev)
     pay_at = head_nbytes + torch.cumsum(sizes, 0) - sizes
     sizes_h = sizes.cpu().numpy()
     total = head_nbytes + int(sizes_h.sum())
@@ -636,11 +672,43 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
                            narrow=narrow[chosen])
         kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
         _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
-    plain = torch.nonzero(~coded).flatten()
+    if sparse_bytes:                                     # SPARSE payloads, made on the host
+        at = pay_at[sparse]
+        lens = torch.as_tensor([len(p) for p in sparse_bytes], device=dev)
+        idx = torch.repeat_interleave(at, lens) + torch.arange(int(lens.sum()), device=dev) - torch.repeat_interleave(
+            torch.cumsum(lens, 0) - lens, lens)
+        out[idx] = torch.frombuffer(bytearray(b"".join(sparse_bytes)), dtype=torch.uint8).to(dev)
+    plain = torch.nonzero(~coded & ~sparse).flatten()
     if len(plain):
         rows = _stack_rows(COPY, start=plain * cs, n=n[plain], pay_at=pay_at[plain], kind=kinds[plain])
         kern.copy(len(plain), words, rows, out)
     return out, kinds.cpu().numpy().astype(np.uint8), sizes_h
+
+
+def _sparse_payloads(words, lay, cs, n, const, zeros, smallest):
+    """``(mask, payloads)``: the chunks that are SPARSE (codec.format: smaller than ``smallest``, their
+    best coded or raw size) and their payloads, in chunk order.  Only chunks whose ``k`` non-zero words
+    could beat ``smallest`` at a byte a gap and a bit a word are looked at: their non-zero words and
+    positions go to the host, where codec.format sizes and packs them (few bytes: such chunks are
+    nearly empty)."""
+    import torch
+
+    k = n - zeros
+    maybe = torch.nonzero((const == 0) & (2 + k + packed_nbytes(k, 1) < smallest)).flatten()
+    mask = torch.zeros_like(const, dtype=torch.bool)
+    if not len(maybe):
+        return mask, []
+    ints = words.view(lay.torch_view_ints)
+    payloads = []
+    for c, limit in zip(maybe.tolist(), smallest[maybe].tolist()):
+        seg = ints[c * cs:c * cs + cs]
+        pos = torch.nonzero(seg).flatten()
+        vals = seg[pos].cpu().numpy().view(lay.uint)
+        pos = pos.cpu().numpy()
+        if fmt.sparse_nbytes_at(pos, vals) < limit:
+            mask[c] = True
+            payloads.append(fmt.pack_sparse_at(pos, vals))
+    return mask, payloads
 
 
 def _write_bitmaps(out, nz, n, mode, at, chunk):

@@ -22,6 +22,8 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
    skipped, the rest coded as above), where at least 1/32 of the values would be skipped;
    the smallest payload is kept (the plain one on ties), and if that is not smaller than
    ``n * itemsize`` bytes, the chunk is RAW.
+6. (format 6) the chunk's non-zero words and their positions (SPARSE), where that is smaller than
+   the coded payload and than the raw chunk.
 """
 from __future__ import annotations
 
@@ -29,38 +31,15 @@ import numpy as np
 
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
                             load_family, sample_histogram, sample_step, select_codebook)
-from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, RANS_L, SIGN_NEGATIVE, SIGN_POSITIVE,
-                          SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, parse_chunk_head, plane_width)
-from codec.layouts import FloatLayout, join, log2_magnitude, packed_nbytes, split
+from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE, RANS_L, SIGN_NEGATIVE,
+                          SIGN_POSITIVE, SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, pack_sparse,
+                          parse_chunk_head, parse_sparse, plane_width, sparse_nbytes)
+from codec.layouts import FloatLayout, join, log2_magnitude, pack_bits, packed_nbytes, split, unpack_bits
 
 __all__ = ["encode_chunks", "decode_chunks", "pack_bits", "unpack_bits"]
 
 _RENORM_SHIFT = 16 + 16 - PROB_BITS     # encoder flushes 16 bits when x >= freq << 20
 _MASK = (1 << PROB_BITS) - 1
-
-
-# ------------------------------------------------------------------------ bit planes
-def pack_bits(v: np.ndarray, width: int) -> bytes:
-    """``width // 8`` byte planes (low byte first), then the remaining bits packed little-endian."""
-    full, rem = divmod(width, 8)
-    v = v.astype(np.uint32)
-    parts = [((v >> (8 * b)) & 0xFF).astype(np.uint8).tobytes() for b in range(full)]
-    if rem:
-        bits = ((v[:, None] >> (8 * full + np.arange(rem, dtype=np.uint32))) & 1).astype(np.uint8)
-        parts.append(np.packbits(bits.ravel(), bitorder="little").tobytes())
-    return b"".join(parts)
-
-
-def unpack_bits(plane: np.ndarray, n: int, width: int) -> np.ndarray:
-    """Inverse of :func:`pack_bits`: ``n`` values as uint32."""
-    full, rem = divmod(width, 8)
-    v = np.zeros(n, dtype=np.uint32)
-    for b in range(full):
-        v |= plane[b * n:(b + 1) * n].astype(np.uint32) << (8 * b)
-    if rem:
-        bits = np.unpackbits(plane[full * n:], count=n * rem, bitorder="little").reshape(n, rem)
-        v |= (bits.astype(np.uint32) << (8 * full + np.arange(rem, dtype=np.uint32))).sum(axis=1, dtype=np.uint32)
-    return v
 
 
 # ----------------------------------------------------------------------------- rANS
@@ -181,7 +160,11 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
             candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans, hists, step))
         for j, row in enumerate(rows):
             best = min((c[j] for c in candidates if c[j] is not None), key=len)   # first on ties
-            if len(best) >= n * lay.itemsize:
+            sparse = sparse_nbytes(block[row])
+            if sparse < len(best) and sparse < n * lay.itemsize:     # (coded wins a tie, raw wins one too)
+                kinds[first + row] = KIND_SPARSE
+                payloads[first + row] = pack_sparse(block[row])
+            elif len(best) >= n * lay.itemsize:
                 kinds[first + row] = KIND_RAW
                 payloads[first + row] = block[row].astype(lay.uint.newbyteorder("<")).tobytes()
             else:
@@ -288,6 +271,10 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
             out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))
         elif kind == KIND_CONST:
             out[lo:lo + n] = mv[a:b].view(lay.uint.newbyteorder("<"))[0]
+        elif kind == KIND_SPARSE:
+            positions, values = parse_sparse(mv[a:b], n, lay.itemsize, i)
+            out[lo:lo + n] = 0
+            out[lo + positions] = values
         else:
             head = parse_chunk_head(h, mv, i)
             coded.setdefault(head.n_coded, []).append((i, head))

@@ -54,7 +54,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2)}
     assert new_ids > 0
 
 
@@ -66,7 +66,7 @@ def test_golden_covers_every_chunk_kind_mode_and_sign():
             kinds.add(c["kind"])
             modes.add(c.get("zero_block_size"))
             signs.add((version, c.get("sign")))
-    assert kinds == {"coded", "const", "raw"}
+    assert kinds == {"coded", "const", "raw", "sparse"}
     assert {0, 16, 256, 1024} <= modes
     assert {(v, s) for v in (2, 3) for s in ("stored", "positive", "negative")} | {(1, "stored")} <= signs
     v2 = [(golden.read(v, n)[0], c) for v in (2, 3) for n in golden.manifest(v)
@@ -139,3 +139,28 @@ def test_v5_changed_only_the_fit():
             if hd.ref > _mean_reference(lay, chunk, hd):
                 top.add(name)
     assert {"softmax_bf16", "adam_sq_f32"} <= top
+
+
+def test_v6_changed_only_sparse_chunks():
+    """Format v6 added SPARSE chunks and changed nothing else: every v5 golden input's v6 stream has v5's
+    chunks byte for byte where v6 did not choose SPARSE, and a SPARSE chunk is smaller than the payload
+    v5 stored for it; the new cases hold SPARSE chunks in fixed-width and compact heads, with checksums."""
+    fmt = codec.format
+    became = 0
+    for name in golden.manifest(5):
+        _, raw, old = golden.read(5, name)
+        _, raw6, new = golden.read(6, name)
+        assert raw == raw6
+        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
+        assert hn.shape == ho.shape and hn.n_chunks == ho.n_chunks
+        for i in range(hn.n_chunks):
+            (a, b), (c, d) = ho.chunk_span(i), hn.chunk_span(i)
+            if hn.kinds[i] == fmt.KIND_SPARSE:
+                assert d - c < b - a, (name, i)
+                became += 1
+            else:
+                assert hn.kinds[i] == ho.kinds[i] and old[a:b] == new[c:d], (name, i)
+    assert became > 0
+    heads = {bool(fmt.parse_header(golden.read(6, n)[2]).flags & fmt.FLAG_COMPACT)
+             for n in golden.manifest(6) if fmt.KIND_SPARSE in fmt.parse_header(golden.read(6, n)[2]).kinds}
+    assert heads == {True, False}

@@ -36,6 +36,9 @@ CASES = {
     "kinds_compact_bf16": ("gaussian", "bfloat16", 1000, 20, 0.0, 256, True),   # coded, const, raw, short coded
     # format v5: the fit's stride-17 sample and top-of-window reference
     "softmax_bf16": ("gaussian", "bfloat16", 16384, 22, 0.0, 8192, False),   # attention rows, masked keys
+    # format v6: SPARSE chunks (a few non-zero words and their positions)
+    "sparse_kinds_bf16": ("gaussian", "bfloat16", 70000, 23, -3.0, 35000, True),   # signed, -0, NaN; 3-byte gaps
+    "sparse_tiny_f16": ("gaussian", "float16", 20000, 24, -3.0, 4096, False),    # subnormal exp_avg_sq, narrow
 }
 
 
@@ -81,6 +84,17 @@ def make_input(name: str) -> np.ndarray:
         probs = np.zeros((n // 128, 128), np.float32)
         probs[:, :40] = p / p.sum(axis=1, keepdims=True)
         x = probs.reshape(-1).astype(x.dtype)
+    if name == "sparse_kinds_bf16":   # chunk 0: 7 values, one gap above 2^14, -0 and a NaN; chunk 1: 40
+        w = x.view(np.uint16)      # scattered (gaps of 1, 2 and 3 bytes); the rest +0
+        keep = np.zeros(n, bool)
+        keep[[0, 1, 130, 20000, 20001, 34000, 34999]] = True
+        keep[35000 + np.random.default_rng(25).choice(35000, 40, replace=False)] = True
+        w[~keep] = 0
+        w[20000] = 0x8000
+        w[34000] = 0x7FC1
+    if name == "sparse_tiny_f16":   # squares underflow to +0 or a few ulps (narrow packed words), one
+        x = (x.astype(np.float32) ** 2).astype(x.dtype)     # chunk left dense (coded)
+        x[4096:] = np.where(np.random.default_rng(26).random(n - 4096) < 0.01, x[4096:], 0)
     if name == "logprob_f16":
         x = -abs(x)
     return x
