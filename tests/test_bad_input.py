@@ -25,7 +25,22 @@ def _small_streams(checksum):
         "signs": codec.encode(np.concatenate([abs(x[:300]), -abs(x[300:600])]), chunk_size=300, checksum=checksum),
         # the streams above have compact heads (<= 4 chunks); this one the fixed-width head
         "fixed": restamp(codec.encode(x, chunk_size=512, checksum=checksum), compact=False),
+        "sparse": codec.encode(_sparse_input(), chunk_size=500, checksum=checksum),
     }
+
+
+def _sparse_input():
+    """An fp16 Adam second moment's kind of tensor: SPARSE chunks (1- and 2-byte gaps, narrow and
+    full-width words, -0) and a coded one."""
+    x = make_values("gaussian", "float16", 1500, 3, -2.0)
+    w = x.view(np.uint16)
+    keep = np.zeros(1500, bool)
+    keep[[0, 5, 140, 499, 503, 900, 999]] = True
+    keep[1000:1100] = True
+    w[~keep] = 0
+    w[503] = 0x8000
+    w[[5, 140]] = [3, 1]
+    return x
 
 
 BACKENDS = ("reference", "numba")
@@ -47,7 +62,7 @@ def _decode_or_format_error(blob):
     return ref
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed", "sparse"])
 def test_every_truncation_raises(name):
     blob = _small_streams(False)[name]
     for cut in range(len(blob)):
@@ -56,7 +71,7 @@ def test_every_truncation_raises(name):
                 codec.decode(blob[:cut], backend=backend)
 
 
-@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed"])
+@pytest.mark.parametrize("name", ["coded", "mixed", "fp8", "signs", "fixed", "sparse"])
 def test_every_byte_flip_detected_with_checksum(name):
     blob = _small_streams(True)[name]
     for i in range(len(blob)):
@@ -74,7 +89,7 @@ _SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize("name, part", [("coded", 0), pytest.param("coded", 1, marks=_SLOW), ("mixed", None),
                                         pytest.param("fp8", None, marks=_SLOW), ("signs", 0),
-                                        pytest.param("signs", 1, marks=_SLOW)])
+                                        pytest.param("signs", 1, marks=_SLOW), ("sparse", None)])
 def test_every_byte_flip_without_checksum_never_crashes(name, part):
     blob = _small_streams(False)[name]
     for i in range(len(blob)):
@@ -127,7 +142,7 @@ def test_random_junk(junk):
 
 @given(data=st.data())
 def test_random_mutations(data):
-    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "mixed", "fp8", "fixed"]))])
+    blob = bytearray(_small_streams(False)[data.draw(st.sampled_from(["coded", "mixed", "fp8", "fixed", "sparse"]))])
     for _ in range(data.draw(st.integers(1, 8))):
         i = data.draw(st.integers(0, len(blob) - 1))
         blob[i] = data.draw(st.integers(0, 255))
@@ -156,7 +171,8 @@ def _compact_parts():
 
 
 @pytest.mark.parametrize("forge, message", [
-    (lambda f, c, d, k, s, p: f + c + d + bytes([k[0] | 0b11 << 4]) + s + p, "chunk 2 has unknown kind 3"),
+    (lambda f, c, d, k, s, p: f[:4] + bytes([5]) + f[5:] + c + d + bytes([k[0] | 0b11 << 4]) + s + p,
+     "chunk 2 has unknown kind 3"),                                                    # SPARSE: version 6 on
     (lambda f, c, d, k, s, p: f + c + d + bytes([k[0] | 0b01 << 6]) + s + p, "padding bits"),
     (lambda f, c, d, k, s, p: f + bytes([0xE4, 0x00]) + d + k + s + p, "shortest form"),     # 100 in 2 bytes
     (lambda f, c, d, k, s, p: f + bytes([48]) + d + k + s + p, "at most 4 allowed"),         # 5 chunks of 48
@@ -228,3 +244,64 @@ def test_chunk_heads_parsed_at_once_agree_with_one_by_one(pos, value, count, off
         assert (got["zero_blocks"][j] is None) == (hd.zero_blocks is None)
         if hd.zero_blocks is not None:
             assert np.array_equal(got["zero_blocks"][j], hd.zero_blocks)
+
+
+def _sparse_chunk():
+    """The "sparse" stream without checksums, its chunk 0 (SPARSE: 4 values in 500) and that payload."""
+    blob = bytes(_small_streams(False)["sparse"])
+    h = fmt.parse_header(blob)
+    assert h.kinds[0] == fmt.KIND_SPARSE and fmt.KIND_CODED in h.kinds
+    a, b = h.chunk_span(0)
+    return blob, h, a, b
+
+
+def _with_payload(payload):
+    """The "sparse" stream with chunk 0's payload replaced (the fixed-width head restamped to its size)."""
+    blob, h, a, b = _sparse_chunk()
+    sizes = np.diff(np.concatenate([[0], h.ends]))
+    sizes[0] = len(payload)
+    pay = payload + blob[b:]
+    head = fmt.pack_header(h.layout, h.shape, h.chunk_size, h.flags, h.kinds, sizes, compact=False)
+    return head + pay
+
+
+def _set_padding(p):
+    assert p[1] == 3                          # 2 values of 3 bits: 2 padding bits in the last byte
+    return p[:-1] + bytes([p[-1] | 0x80])
+
+
+@pytest.mark.parametrize("payload, message", [
+    (lambda p: b"\x00" + p[1:], "count 0 outside"),
+    (lambda p: b"\xf5\x03" + p[1:], "count 501 outside"),                  # 501 values in a 500-value chunk
+    (lambda p: b"\x84\x00" + p[1:], "count not in its shortest form"),
+    (lambda p: b"\x84\x80\x80\x00", "count longer than 3 bytes"),
+    (lambda p: p[:1], "ends before its width"),
+    (lambda p: p[:1] + b"\x00" + p[2:], "width 0 outside"),
+    (lambda p: p[:1] + b"\x11" + p[2:], "width 17 outside"),
+    (lambda p: p[:4], "cannot hold"),
+    (lambda p: p[:-1], "do not hold"),
+    (lambda p: p[:2] + b"\x80\x00" + p[3:], "not in its shortest form|do not hold"),
+    (lambda p: p[:2] + b"\x80\x80\x80\x01" + p[3:], "cannot hold|longer than 3"),
+    (lambda p: p[:2] + bytes([0xCF, 0x0F]) + p[3:], "position [0-9]+ outside the chunk's 500 values"),
+    (lambda p: _set_padding(fmt.pack_sparse_at(np.array([0, 7]), np.array([3, 5], np.uint16))), "padding bits"),
+])
+def test_forged_sparse_payloads(payload, message):
+    """Each field of a SPARSE payload forged: FormatError naming it, from every backend (the device
+    decoders parse SPARSE payloads with codec.format.parse_sparse)."""
+    blob, h, a, b = _sparse_chunk()
+    p = blob[a:b]
+    assert p[0] == 4 and p[1] <= 16           # 4 values
+    forged = _with_payload(payload(p))
+    for backend in BACKENDS:
+        with pytest.raises(codec.FormatError, match="chunk 0: sparse payload malformed: .*(" + message + ")"):
+            codec.decode(forged, backend=backend)
+
+
+@given(data=st.data())
+def test_random_sparse_payloads_agree(data):
+    """Random SPARSE payloads of chunk 0 (any size, any bytes): both backends decode them to the same
+    words, or both raise FormatError."""
+    _, _, a, b = _sparse_chunk()
+    payload = data.draw(st.one_of(st.binary(max_size=40),
+                                  st.binary(min_size=b - a, max_size=b - a)))
+    _decode_or_format_error(_with_payload(payload))
