@@ -446,6 +446,11 @@ def inspect(buf) -> dict:
                         zeros=n - hd.n_sm, dropped_mantissa_bits=hd.shift,
                         zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded,
                         sign=fmt.SIGN_NAMES[hd.sign], dropped_high_bits=hd.narrow)
+        elif h.kinds[i] == fmt.KIND_SPARSE:
+            mv = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+            pos, words = fmt.parse_sparse(mv[a:b], n, lay.itemsize, i)
+            info.update(nonzero=len(pos), zeros=n - len(pos),
+                        word_bits=int(np.bitwise_or.reduce(words, initial=0)).bit_length())
         chunks.append(info)
     numel = h.numel
     return {"format_version": h.version, "dtype": lay.name, "shape": h.shape, "numel": numel,

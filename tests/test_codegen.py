@@ -73,22 +73,25 @@ def test_triton_decoder_bit_exact(dtype):
 
 
 def _encoder_case(dtype):
-    """Seven 128-value chunks and a short one that take every path of the encoder: escapes and -0, a
+    """Eight 128-value chunks and a short one that take every path of the encoder: escapes and -0, a
     zero-block payload, CONST, RAW (random bits), sign modes positive and negative (with -0 and +0
-    values), small subnormals (high bits dropped), dropped low mantissa bits in a short last chunk."""
+    values), small subnormals (high bits dropped), SPARSE (3 values), dropped low mantissa bits in a
+    short last chunk."""
     lay = layout_for(dtype)
     g = make_values("gaussian", dtype, 128, 1, -1.0)
     g[3] = make_values("random_bits", dtype, 1, 5)[0]
     g.view(lay.uint)[5] = 1 << (8 * lay.itemsize - 1)                       # -0: not a ZERO symbol
     z = np.zeros(128, g.dtype)
-    z[70:75] = make_values("gaussian", dtype, 5, 2, -1.0)
+    z[64:112] = make_values("gaussian", dtype, 48, 2, -1.0)                  # (5 values would be SPARSE)
+    sp = np.zeros(128, g.dtype)
+    sp[[3, 40, 127]] = make_values("gaussian", dtype, 3, 8, -1.0)
     low = make_values("gaussian", dtype, 88, 4, 2.0).view(lay.uint) & lay.uint.type((1 << (8 * lay.itemsize)) - 4)
     pos = abs(make_values("gaussian", dtype, 128, 6, -1.0))
     neg = -abs(make_values("laplace", dtype, 128, 7, -1.0))
     neg[::5] = 0
     neg.view(lay.uint)[3] = 1 << (8 * lay.itemsize - 1)                     # -0 is negative
     sub = ((np.arange(128) * 7) % 5).astype(lay.uint).view(g.dtype)         # +0 and 1..4 ulps
-    return np.concatenate([g, z, np.full(128, g[0]), make_values("random_bits", dtype, 128, 3), pos, neg, sub,
+    return np.concatenate([g, z, np.full(128, g[0]), make_values("random_bits", dtype, 128, 3), pos, neg, sub, sp,
                            low.view(g.dtype)])
 
 
@@ -106,8 +109,9 @@ def test_triton_encoder_bit_exact(dtype):
     ref = codec.encode(x, chunk_size=128, backend="reference")
     assert isinstance(blob, bytearray) and blob == ref
     chunks = codec.inspect(ref)["chunks"]
-    assert [c["kind"] for c in chunks] == ["coded", "coded", "const", "raw", "coded", "coded", "coded", "coded"]
-    assert chunks[1]["zero_block_size"] == 16 and chunks[7]["dropped_mantissa_bits"] >= 1
+    assert [c["kind"] for c in chunks] == ["coded", "coded", "const", "raw", "coded", "coded", "coded", "sparse",
+                                           "coded"]
+    assert chunks[1]["zero_block_size"] == 16 and chunks[8]["dropped_mantissa_bits"] >= 1
     assert [chunks[i]["sign"] for i in (0, 4, 5, 6)] == ["stored", "positive", "negative", "positive"]
     assert chunks[6]["dropped_high_bits"] == max(0, layout_for(dtype).man_bits - 1 - 3)
     h, words = tb.decode_stream(torch.frombuffer(bytearray(ref), dtype=torch.uint8))
@@ -265,7 +269,7 @@ def _same_fields(a, b):
 def test_header_from_a_prefix():
     """What the device decoder copies to the host (header extent, chunk head prefixes) parses like the
     whole stream, and a forged length is caught."""
-    x = make_values("mostly_zeros", "float16", 5000, 3, -1.0)
+    x = make_values("gaussian", "float16", 5000, 3, -1.0)     # (mostly +0 would be SPARSE chunks)
     x[1500:1500 + 400] = 0                   # zero blocks
     x[3000:3000 + 48] = 0
     for checksum in (False, True):
