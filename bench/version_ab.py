@@ -39,6 +39,11 @@ for name, dt, n in (("bf16 gaussian", ml_dtypes.bfloat16, 32 << 20), ("fp16 gaus
 x = (rng.standard_normal(16 << 20) * 0.02).astype(ml_dtypes.bfloat16)
 x.reshape(-1, 256)[rng.random((16 << 20) // 256) < 0.9] = 0
 inputs.append(("bf16 90 % zero blocks", x))
+# an fp16 Adam second moment that underflowed but for 0.2 % of its entries (scattered tiny values)
+x = np.zeros(16 << 20, np.float16)
+keep = rng.random(16 << 20) < 0.002
+x[keep] = (rng.standard_normal(int(keep.sum())) * 2e-3) ** 2
+inputs.append(("fp16 0.2 % non-zero", x))
 try:
     from bench.corpus import build_corpus_f32, tensor_class
     grads = build_corpus_f32()

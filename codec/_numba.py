@@ -698,12 +698,14 @@ def _is_const(w, n):
 
 
 @njit(cache=True, inline="always")
-def _or_words(w, n):
-    """The OR of ``w[:n]`` (a loop the compiler vectorises)."""
-    acc = w[0]
-    for i in range(1, n):
-        acc |= w[i]
-    return np.int64(acc)
+def _word_bits(w, n, n_neg, itemsize):
+    """The bit length of the OR of ``w[:n]``: a SPARSE payload's width (all of them with a sign bit)."""
+    if n_neg > 0:
+        return 8 * itemsize
+    acc = np.int64(0)
+    for i in range(n):                      # (a loop the compiler vectorises)
+        acc |= np.int64(w[i])
+    return 64 - np.int64(leading_zeros(np.uint64(acc)))
 
 
 @njit(cache=True, inline="always")
@@ -711,16 +713,54 @@ def _varint_nbytes(v):
     return 1 + (v >= 128) + (v >= 16384)
 
 
+@njit(cache=True, inline="always")
+def _width_bound(stats, M, itemsize):
+    """A lower bound of a SPARSE payload's width from a chunk's statistics (:func:`_stats`): every bit
+    with a sign bit set; else the bit length of the largest exponent field, at least the mean ``s1 /
+    n_log`` (a subnormal counts at most 0 in ``s1``), above the M mantissa bits."""
+    n_log, s1, n_neg = stats[1], stats[2], stats[5]
+    if n_neg > 0:
+        return 8 * itemsize
+    if n_log == 0 or s1 < n_log:
+        return 1
+    return M + 64 - np.int64(leading_zeros(np.uint64(s1 // n_log)))
+
+
+@njit(cache=True, inline="always")
+def _nonzero_at(w, n, at):
+    """The positions of the non-zero words of ``w[:n]`` into ``at``; return their count.  16-value
+    blocks of +0 are passed over by one OR of the block (as :func:`_nonzero_blocks16`)."""
+    k = 0
+    i = 0
+    while i + 16 <= n:
+        acc = w[i]
+        for j in range(1, 16):
+            acc |= w[i + j]
+        if acc != 0:
+            for j in range(i, i + 16):
+                if w[j] != 0:
+                    at[k] = j
+                    k += 1
+        i += 16
+    for j in range(i, n):
+        if w[j] != 0:
+            at[k] = j
+            k += 1
+    return k
+
+
 @njit(cache=True)
 def _sparse_nbytes(w, n, k, width):
     """Bytes of the SPARSE payload (codec.format) of ``w[:n]``, which has ``k`` non-zero words whose OR
-    is ``width`` bits long."""
-    size = _varint_nbytes(k) + 1 + _packed_nbytes(k, width)
+    is ``width`` bits long: a byte a gap, one more for each gap of 128 or more, another from 16384."""
+    at = np.empty(k, np.int64)
+    _nonzero_at(w, n, at)
+    size = _varint_nbytes(k) + 1 + _packed_nbytes(k, width) + k
     prev = -1
-    for i in range(n):
-        if w[i] != 0:
-            size += _varint_nbytes(i - prev - 1)
-            prev = i
+    for j in range(k):
+        g = at[j] - prev - 1
+        size += (g >= 128) + (g >= 16384)
+        prev = at[j]
     return size
 
 
@@ -738,20 +778,17 @@ def _put_sparse(w, n, k, width, out):
     out[p + 1] = width
     p += 2
     at = np.empty(k, np.int64)
+    _nonzero_at(w, n, at)
     prev = -1
-    j = 0
-    for i in range(n):
-        if w[i] != 0:
-            g = i - prev - 1
-            while g >= 128:
-                out[p] = (g & 127) | 128
-                g >>= 7
-                p += 1
-            out[p] = g
+    for j in range(k):
+        g = at[j] - prev - 1
+        while g >= 128:
+            out[p] = (g & 127) | 128
+            g >>= 7
             p += 1
-            prev = i
-            at[j] = i
-            j += 1
+        out[p] = g
+        p += 1
+        prev = at[j]
     full = width >> 3
     rem = width & 7
     for b in range(full):
@@ -769,6 +806,17 @@ def _put_sparse(w, n, k, width, out):
                 out[p + (bit >> 3) + 1] |= r >> (8 - (bit & 7))
         p += nb
     return p
+
+
+@njit(cache=True, nogil=True)
+def _sparse_chunks(buf, starts, ends, kinds, first, chunk_size, numel, itemsize, out, errors):
+    """Decode the SPARSE chunks among ``kinds`` (outside the parallel kernel, whose code stays as it was:
+    SPARSE chunks hold few values)."""
+    for j in range(len(kinds)):
+        if kinds[j] == KIND_SPARSE:
+            lo = (first + j) * chunk_size
+            n = min(chunk_size, numel - lo)
+            errors[j] = _sparse_chunk(buf, starts[j], ends[j], n, itemsize, out[j * chunk_size:j * chunk_size + n])
 
 
 @njit(cache=True, inline="always")
@@ -861,24 +909,18 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
     raw = n * itemsize
-    # SPARSE (codec.format, version 6): its size where it may be below the raw chunk's.  Sized before
-    # coding where it is small (then it bounds the coding: a 99 %-zero chunk stops its rANS rounds
-    # early), else only if the coded payload leaves it room (a lower bound first: one byte a gap)
+    # SPARSE (codec.format, version 6): a lower bound first, from the statistics (a byte a gap; the words'
+    # width at least that of the largest exponent field, which is at least the mean one).  A nearly empty
+    # chunk (the bound 128x below the raw size) is sized now, and its size then stops the coding below early
+    # (a 99.8 %-zero chunk's rANS rounds); any other only after coding, where the bound leaves it room
     k_nz = n - n_zero
-    sp_lb = -1
+    sp_lb = 2 + k_nz + _packed_nbytes(k_nz, _width_bound(stats, M, itemsize))
     width = 0
-    if 2 + k_nz + _packed_nbytes(k_nz, 1) < raw:
-        width = 8 * itemsize if stats[5] > 0 else 64 - np.int64(leading_zeros(np.uint64(_or_words(w, n))))
-        sp_lb = 2 + k_nz + _packed_nbytes(k_nz, width)
-        if sp_lb >= raw:
-            sp_lb = -1
     sp = -1
-    if sp_lb >= 0 and 4 * sp_lb < raw:
+    if 128 * sp_lb < raw:
+        width = _word_bits(w, n, stats[5], itemsize)
         sp = _sparse_nbytes(w, n, k_nz, width)
-        if sp >= raw:
-            sp = -1
-            sp_lb = -1
-    sp_cap = sp if sp >= 0 else raw
+    sp_cap = sp if 0 <= sp < raw else raw
     cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
     scratch = np.empty(0, np.uint8)
     if 32 * n_zero >= n:                    # zero blocks could skip 1/32 of the chunk
@@ -944,9 +986,11 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         else:
             best_size = cand_size
     coded = min(best_size, raw)             # (a payload that stopped at its limit is above it)
-    if sp < 0 and sp_lb >= 0 and sp_lb < coded:
-        sp = _sparse_nbytes(w, n, k_nz, width)
-    if sp >= 0 and sp < coded and sp < raw:   # the coded payload wins a tie, and so does the raw chunk
+    if sp < 0 and sp_lb < coded:
+        width = _word_bits(w, n, stats[5], itemsize)
+        if 2 + k_nz + _packed_nbytes(k_nz, width) < coded:
+            sp = _sparse_nbytes(w, n, k_nz, width)
+    if sp >= 0 and sp < coded:              # the coded payload wins a tie, and so does the raw chunk
         return KIND_SPARSE, _put_sparse(w, n, k_nz, width, best)
     if best_size >= n * itemsize:
         for i in range(n):
@@ -1613,11 +1657,9 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
         lo = (first + j) * chunk_size
         n = min(chunk_size, numel - lo)
         dst = out[j * chunk_size:j * chunk_size + n]
-        if kinds[j] == KIND_SPARSE:
-            errors[j] = _sparse_chunk(buf, starts[j], ends[j], n, itemsize, dst)
-            continue
         if kinds[j] != KIND_CODED:
-            _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
+            if kinds[j] != KIND_SPARSE:         # (SPARSE chunks: _sparse_chunks, after this kernel)
+                _copy_chunk(buf, starts[j], kinds[j], n, itemsize, dst)
             continue
         err = _open_chunk(buf, starts[j], ends[j], n, E, M, has_inf, freqs, prm[t], tab[t],
                           x[t * MAX_LANES:(t + 1) * MAX_LANES], limits)
@@ -1716,9 +1758,12 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
     errors = np.zeros(len(chunks), np.int64)
     threads = min(get_num_threads(), (len(chunks) + 1) // 2)
-    run(_decoder(lay), threads, _counters(1), mv, starts.astype(np.int64), ends.astype(np.int64),
-        _readonly(np.ascontiguousarray(h.kinds[sel])), chunks.start, h.chunk_size, h.numel, _freqs64(), out, errors,
-        _limits(h))
+    kinds = _readonly(np.ascontiguousarray(h.kinds[sel]))
+    starts, ends = starts.astype(np.int64), ends.astype(np.int64)
+    run(_decoder(lay), threads, _counters(1), mv, starts, ends, kinds, chunks.start, h.chunk_size, h.numel, _freqs64(),
+        out, errors, _limits(h))
+    if int(kinds.max()) == KIND_SPARSE:
+        _sparse_chunks(mv, starts, ends, kinds, chunks.start, h.chunk_size, h.numel, lay.itemsize, out, errors)
     bad = np.flatnonzero(errors)
     if len(bad):
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
