@@ -820,23 +820,27 @@ def _sparse_chunks(buf, starts, ends, kinds, first, chunk_size, numel, itemsize,
 
 
 @njit(cache=True, inline="always")
+def _varint3(buf, p, end):
+    """``(value, next offset)`` of the varint at ``buf[p:end]`` (at most SPARSE_GAP_BYTES bytes, in its
+    shortest form), or ``(-1, p)`` where it is not one."""
+    v = 0
+    for d in range(SPARSE_GAP_BYTES):
+        if p + d >= end:
+            return -1, p
+        c = np.int64(buf[p + d])
+        v |= (c & 127) << (7 * d)
+        if c < 128:
+            if d > 0 and c == 0:
+                return -1, p
+            return v, p + d + 1
+    return -1, p
+
+
+@njit(cache=True, inline="always")
 def _sparse_chunk(buf, a, b, n, itemsize, dst):
     """Decode the SPARSE chunk ``buf[a:b]`` (codec.format; the same checks as codec.format.parse_sparse)
     into ``dst[:n]``; return 0 or FAULT_SPARSE."""
-    k = 0
-    p = a
-    for d in range(3):
-        if p >= b:
-            return FAULT_SPARSE
-        c = np.int64(buf[p])
-        p += 1
-        k |= (c & 127) << (7 * d)
-        if c < 128:
-            if d > 0 and c == 0:
-                return FAULT_SPARSE
-            break
-        if d == 2:
-            return FAULT_SPARSE
+    k, p = _varint3(buf, a, b)
     if k < 1 or k > n or p >= b:
         return FAULT_SPARSE
     width = np.int64(buf[p])
@@ -856,17 +860,9 @@ def _sparse_chunk(buf, a, b, n, itemsize, dst):
     rq = q + full * k
     pos = -1
     for j in range(k):
-        g = 0
-        for d in range(SPARSE_GAP_BYTES + 1):
-            if d == SPARSE_GAP_BYTES or p >= gaps_end:
-                return FAULT_SPARSE
-            c = np.int64(buf[p])
-            p += 1
-            g |= (c & 127) << (7 * d)
-            if c < 128:
-                if d > 0 and c == 0:
-                    return FAULT_SPARSE
-                break
+        g, p = _varint3(buf, p, gaps_end)
+        if g < 0:
+            return FAULT_SPARSE
         pos += g + 1
         if pos >= n:
             return FAULT_SPARSE
