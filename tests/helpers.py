@@ -79,6 +79,7 @@ def warm(part: str) -> None:
         raise ValueError(f"unknown part {part!r}: decoders or encoders")
     for lay in LAYOUTS:
         x = (np.arange(40_000) % 251).astype(lay.uint).view(lay.numpy_dtype)
+        x.view(lay.uint)[16384:32768] = np.where(np.arange(16384) % 1000 == 1, 5, 0).astype(lay.uint)  # SPARSE
         if part == "decoders":
             codec.decode(codec.encode(x, chunk_size=16384, backend="reference"), backend="numba")
         else:
