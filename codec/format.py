@@ -221,18 +221,22 @@ def _varint_nbytes(v):
     return 1 + (v >= 1 << 7) + (v >= 1 << 14)
 
 
+def _sparse_fields(pos: np.ndarray, values: np.ndarray):
+    """``(gaps, width)`` of a SPARSE payload: the gaps between the ascending positions ``pos`` of the
+    non-zero words ``values``, and the bit length of their OR."""
+    return np.diff(pos, prepend=-1).astype(np.int64) - 1, int(np.bitwise_or.reduce(values, initial=0)).bit_length()
+
+
 def sparse_nbytes_at(pos: np.ndarray, values: np.ndarray) -> int:
     """Bytes of the SPARSE payload of a chunk whose non-zero words are ``values`` at ``pos`` (ascending):
     what the encoders compare with the coded payload and the raw chunk."""
-    gaps = np.diff(pos, prepend=-1) - 1
-    width = int(np.bitwise_or.reduce(values, initial=0)).bit_length()
+    gaps, width = _sparse_fields(pos, values)
     return int(_varint_nbytes(len(pos))) + 1 + int(_varint_nbytes(gaps).sum()) + packed_nbytes(len(pos), width)
 
 
 def pack_sparse_at(pos: np.ndarray, values: np.ndarray) -> bytes:
     """The SPARSE payload of a chunk whose non-zero words are ``values`` at ``pos`` (ascending)."""
-    g = np.diff(pos, prepend=-1).astype(np.int64) - 1
-    width = int(np.bitwise_or.reduce(values, initial=0)).bit_length()
+    g, width = _sparse_fields(pos, values)
     n_b = _varint_nbytes(g)
     vb = np.stack([(g & 0x7F) | ((n_b > 1) << 7), ((g >> 7) & 0x7F) | ((n_b > 2) << 7), g >> 14], axis=1)
     gap_bytes = vb[np.arange(3)[None, :] < n_b[:, None]].astype(np.uint8).tobytes()

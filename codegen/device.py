@@ -704,10 +704,10 @@ def _sparse_payloads(words, lay, cs, n, const, zeros, smallest):
         seg = ints[c * cs:c * cs + cs]
         pos = torch.nonzero(seg).flatten()
         vals = seg[pos].cpu().numpy().view(lay.uint)
-        pos = pos.cpu().numpy()
-        if fmt.sparse_nbytes_at(pos, vals) < limit:
+        payload = fmt.pack_sparse_at(pos.cpu().numpy(), vals)        # (a few bytes: packed to be measured)
+        if len(payload) < limit:
             mask[c] = True
-            payloads.append(fmt.pack_sparse_at(pos, vals))
+            payloads.append(payload)
     return mask, payloads
 
 
