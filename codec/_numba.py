@@ -303,24 +303,20 @@ def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bit
 
 @njit(cache=True)
 def _stats(vals, m, E, M):
-    """The integer statistics the codebook is chosen from: zeros, non-zero magnitudes, sum and sum
-    of squares of their log2 in exponent units (a subnormal's from its bit length), the OR of the low
-    mantissa bits and the count of set sign bits.  16 values at a time (per-lane sums, added up at the
-    end), then the tail."""
+    """The integer statistics the codebook is chosen from: ``(zeros, non-zero magnitudes, sum of their
+    log2 in exponent units (a subnormal's from its bit length), OR of the low mantissa bits, set sign
+    bits)``.  16 values at a time in one SIMD loop (per-lane sums, added up at the end), then the tail."""
     emask = (1 << E) - 1
     mmask = (1 << M) - 1
     lowmask = (1 << (M - 1)) - 1
     magmask = (1 << (E + M)) - 1
     acc32 = _private(5 * LANES, 0, np.int32)
-    acc64 = _private(LANES, 0, np.int64)
     g16 = m - m % LANES
     em = (E << 8) | M
-    for at in range(0, g16, LANES):
-        stats16(vals, at, em, acc32, acc64)
+    stats16(vals, 0, g16 // LANES, em, acc32)
     n_zero = 0
     n_log = 0
     s1 = 0
-    s2 = 0
     orlow = 0
     n_neg = 0
     for j in range(LANES):
@@ -329,7 +325,6 @@ def _stats(vals, m, E, M):
         n_log += acc32[LANES + j]
         s1 += acc32[2 * LANES + j]
         orlow |= acc32[3 * LANES + j]
-        s2 += acc64[j]
     for i in range(g16, m):
         w = np.int64(vals[i])
         e = (w >> M) & emask
@@ -339,10 +334,9 @@ def _stats(vals, m, E, M):
         n_zero += w == 0
         n_log += nz
         s1 += lg
-        s2 += lg * lg
         orlow |= w & lowmask
         n_neg += (w >> (E + M)) & 1
-    return n_zero, n_log, s1, s2, np.int64(orlow) & lowmask, n_neg
+    return n_zero, n_log, s1, np.int64(orlow) & lowmask, n_neg
 
 
 @njit(cache=True, inline="always")
@@ -423,6 +417,35 @@ def _rans_put(x, lane, sy, f, cum, inv, wbuf, pos):
 
 
 @njit(cache=True)
+def _words_lower_bound(f, m, n_zero, k):
+    """A lower bound of the rANS words :func:`_code_dense` flushes for ``m`` values over ``k`` lanes,
+    ``n_zero`` of them the ZERO symbol, with table ``f`` (the others each cost at least the cheapest
+    other symbol): a skipped candidate then costs no forward pass, and the bytes do not change.
+
+    Why it holds (P = PROB_BITS): a step from state x (x >= 2^16, or >= 16 f right after a flush) to
+    x' = (x // f) 2^P + x % f + cum is short of the ideal x 2^P / f by a factor at most 1 - (f - 1)
+    (2^P - f) / (x 2^P), so log2 x grows by at least lb(f) = log2(2^P / f) + log2(1 - (f - 1) (2^P - f)
+    / 2^(16+P)), or lb(f) - 0.0932 on a step right after a flush (factor >= 1 - 1/16).  A flush lowers
+    log2 x by at most 16 + log2(1 + 1/16) (x >> 16 >= 16) and writes one word; every lane starts at
+    2^16 and ends below 2^32.  So W words satisfy (16.0875 + 0.0932) W >= sum lb - 16 k."""
+    total = np.float64(1 << PROB_BITS)
+    cheapest = np.inf
+    for t in range(N_SYMBOLS):
+        if f[t] > 0 and t != SYM_ZERO:
+            cheapest = min(cheapest, _step_bits(f[t], total))
+    bits = (m - n_zero) * cheapest if m > n_zero and cheapest < np.inf else 0.0
+    if n_zero > 0:
+        bits += n_zero * _step_bits(f[SYM_ZERO], total)
+    w = (bits - 16.0 * k) / 16.1807 - 1e-6 * (bits + 1.0)     # (and a margin for the rounding of the sums)
+    return max(np.int64(0), np.int64(np.floor(w)))
+
+
+@njit(cache=True, inline="always")
+def _step_bits(fs, total):
+    return np.log2(total / fs) + np.log2(1.0 - (fs - 1.0) * (total - fs) / (total * 65536.0))
+
+
+@njit(cache=True)
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign,
                 narrow, limit):
     """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
@@ -475,6 +498,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     full = width // 8
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
+    if limit >= 0:                          # a payload that cannot be short enough is not coded at all
+        lb = _HEAD + nbitmap + 4 * k + nplane + 2 * _words_lower_bound(f, m, n_zero, k)
+        if lb > limit:
+            return lb
     # with ZERO symbols the remainder fields are first stored a byte each (then packed in place)
     plane = np.empty((n_sm * (full + 1) if n_zero and rem else nplane) + 32, np.uint8)
     esc_groups = np.empty(m // LANES + 1, np.int64)
@@ -624,7 +651,7 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch; ``ahead``: the input that
     will be coded next (prefetched while the rANS rounds run).
     """
-    n_zero, n_log, s1, s2, orlow, n_neg = stats
+    n_zero, n_log, s1, orlow, n_neg = stats
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     cb, ref = _select(hist, occ, k_occ, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets,
@@ -718,7 +745,7 @@ def _width_bound(stats, M, itemsize):
     """A lower bound of a SPARSE payload's width from a chunk's statistics (:func:`_stats`): every bit
     with a sign bit set; else the bit length of the largest exponent field, at least the mean ``s1 /
     n_log`` (a subnormal counts at most 0 in ``s1``), above the M mantissa bits."""
-    n_log, s1, n_neg = stats[1], stats[2], stats[5]
+    n_log, s1, n_neg = stats[1], stats[2], stats[4]
     if n_neg > 0:
         return 8 * itemsize
     if n_log == 0 or s1 < n_log:
@@ -914,7 +941,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     width = 0
     sp = -1
     if 128 * sp_lb < raw:
-        width = _word_bits(w, n, stats[5], itemsize)
+        width = _word_bits(w, n, stats[4], itemsize)
         sp = _sparse_nbytes(w, n, k_nz, width)
     sp_cap = sp if 0 <= sp < raw else raw
     cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
@@ -962,7 +989,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     vals[kept:kept + hi - lo] = w[lo:hi]
                     kept += hi - lo
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
-            kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], stats[5])
+            kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4])
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
@@ -983,7 +1010,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             best_size = cand_size
     coded = min(best_size, raw)             # (a payload that stopped at its limit is above it)
     if sp < 0 and sp_lb < coded:
-        width = _word_bits(w, n, stats[5], itemsize)
+        width = _word_bits(w, n, stats[4], itemsize)
         if 2 + k_nz + _packed_nbytes(k_nz, width) < coded:
             sp = _sparse_nbytes(w, n, k_nz, width)
     if sp >= 0 and sp < coded:              # the coded payload wins a tie, and so does the raw chunk

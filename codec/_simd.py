@@ -1120,48 +1120,59 @@ def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos):
 
 
 @intrinsic
-def stats16(typingctx, words, at, em, acc32, acc64):
-    """Accumulate the codebook statistics of ``words[at:at+16]`` per lane.  Scalar equivalent, value
-    ``w`` in lane j (``acc32`` rows: zeros, non-zero magnitudes, sum of log2, OR of low bits, signs)::
+def stats16(typingctx, words, at, groups, em, acc32):
+    """Accumulate the codebook statistics of ``words[at:at+16*groups]`` per lane.  Scalar equivalent,
+    value ``w`` in lane j (``acc32`` rows: zeros, non-zero magnitudes, sum of log2, OR of low bits,
+    signs)::
 
         nz = w & (1 << (E+M)) - 1 != 0;   e = w >> M & (1 << E) - 1
         lg = (e if e else bit_length(w & (1 << M) - 1 | 1) - M) if nz else 0
         acc32[j] += w == 0;  acc32[16+j] += nz;  acc32[32+j] += lg;  acc32[48+j] |= w & (1 << (M-1)) - 1
-        acc32[64+j] += w >> (E+M) & 1;  acc64[j] += lg * lg
+        acc32[64+j] += w >> (E+M) & 1
+
+    The groups run in one loop with the sums in registers (stored and reloaded per 16 values, they
+    were a dependency through memory), and a subnormal's bit length is read from the exponent of its
+    mantissa converted to float32 (exact below 2^24): AVX2 has no vector count of leading zeros, and
+    LLVM's expansion of ``llvm.ctlz`` was most of the work (with the two changes the statistics pass
+    of a 64K-value bf16 chunk went from 38-48 us to 23 us on Zen 3).  A lane sees at most 2^16 values
+    of a chunk (at most 2^20): every sum fits its i32.
     """
-    sig = types.void(words, at, em, acc32, acc64)
+    sig = types.void(words, at, groups, em, acc32)
 
     def codegen(context, builder, signature, args):
-        wa, atv, emv, a32, a64 = args
+        wa, atv, gv, emv, a32 = args
         st = signature.args
-        w = _load_words16(builder, context, st[0], wa, atv)
         vec32 = lambda v: _broadcast(builder, _I32, builder.trunc(v, _I32))  # noqa: E731
         one = _splat(_I32, 1)
         zero = _splat(_I32, 0)
         e_w = vec32(builder.lshr(emv, ir.Constant(_I64, 8)))
         m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
         mask = lambda bits_: builder.sub(builder.shl(one, bits_), one)  # noqa: E731
-        e = builder.and_(builder.lshr(w, m_w), mask(e_w))
-        ctlz = _declare(builder, f"llvm.ctlz.v{LANES}i32", _vec(_I32), [_vec(_I32), _I1])
-        mant = builder.or_(builder.and_(w, mask(m_w)), one)
-        sub = builder.sub(builder.sub(_splat(_I32, 32), builder.call(ctlz, [mant, ir.Constant(_I1, 0)])), m_w)
-        nz = builder.icmp_unsigned("!=", builder.and_(w, mask(builder.add(e_w, m_w))), zero)
-        lg = builder.select(nz, builder.select(builder.icmp_unsigned("!=", e, zero), e, sub), zero)
-        p32 = builder.bitcast(_data(context, builder, st[3], a32), _I32.as_pointer())
-        sign = builder.and_(builder.lshr(w, builder.add(e_w, m_w)), one)
-        rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)), lg,
-                None, sign)
-        for r, v in enumerate(rows):
-            if v is None:
-                continue
-            ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 16 * r)]), _vec(_I32).as_pointer())
-            builder.store(builder.add(builder.load(ptr, align=4), v), ptr, align=4)
-        ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 48)]), _vec(_I32).as_pointer())
-        builder.store(builder.or_(builder.load(ptr, align=4), builder.and_(w, mask(builder.sub(m_w, one)))), ptr,
-                      align=4)
-        lg64 = builder.sext(lg, _vec(_I64))
-        p64 = builder.bitcast(_data(context, builder, st[4], a64), _vec(_I64).as_pointer())
-        builder.store(builder.add(builder.load(p64, align=8), builder.mul(lg64, lg64)), p64, align=8)
+        emask, mmask, lowmask = mask(e_w), mask(m_w), mask(builder.sub(m_w, one))
+        magmask = mask(builder.add(e_w, m_w))
+        signshift = builder.add(e_w, m_w)
+        bias = builder.add(m_w, _splat(_I32, 126))     # float exponent field - 126 = bit length
+        sums = [cgutils.alloca_once_value(builder, zero) for _ in range(5)]
+        with cgutils.for_range(builder, gv) as loop:
+            w = _load_words16(builder, context, st[0], wa,
+                              builder.add(atv, builder.mul(loop.index, ir.Constant(_I64, LANES))))
+            e = builder.and_(builder.lshr(w, m_w), emask)
+            mant = builder.or_(builder.and_(w, mmask), one)
+            fbits = builder.bitcast(builder.sitofp(mant, ir.VectorType(ir.FloatType(), LANES)), _vec(_I32))
+            sub = builder.sub(builder.lshr(fbits, _splat(_I32, 23)), bias)
+            nz = builder.icmp_unsigned("!=", builder.and_(w, magmask), zero)
+            lg = builder.select(nz, builder.select(builder.icmp_unsigned("!=", e, zero), e, sub), zero)
+            rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)),
+                    lg, builder.and_(w, lowmask), builder.and_(builder.lshr(w, signshift), one))
+            for r, v in enumerate(rows):
+                old = builder.load(sums[r])
+                builder.store(builder.or_(old, v) if r == 3 else builder.add(old, v), sums[r])
+        p32 = builder.bitcast(_data(context, builder, st[4], a32), _I32.as_pointer())
+        for r in range(5):
+            ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, LANES * r)]), _vec(_I32).as_pointer())
+            old = builder.load(ptr, align=4)
+            v = builder.load(sums[r])
+            builder.store(builder.or_(old, v) if r == 3 else builder.add(old, v), ptr, align=4)
         return context.get_dummy_value()
 
     return sig, codegen

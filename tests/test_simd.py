@@ -643,3 +643,102 @@ def test_stale_kernel_index_files_are_dropped(tmp_path):
     assert drop_stale_cache(tmp_path, "_numba.", "two")                       # an edit: dropped
     assert "_numba.a-1.py311.nbi" not in files() and (tmp_path / "_numba.sources").read_text() == "two"
     assert len(_kernel_stamp()) == 64 and _kernel_stamp() == _kernel_stamp()
+
+
+def _stats_numpy(w, lay):
+    """codec._numba._stats, value by value in NumPy: zeros, non-zero magnitudes, sum of log2 in exponent
+    units (a subnormal's from its mantissa's bit length), OR of the low mantissa bits, set sign bits."""
+    w = w.astype(np.int64)
+    E, M = lay.exp_bits, lay.man_bits
+    e = (w >> M) & ((1 << E) - 1)
+    mant = (w & ((1 << M) - 1)) | 1
+    bitlen = np.floor(np.log2(mant)).astype(np.int64) + 1
+    nz = (w & ((1 << (E + M)) - 1)) != 0
+    lg = np.where(nz, np.where(e != 0, e, bitlen - M), 0)
+    orlow = np.bitwise_or.reduce(w & ((1 << (M - 1)) - 1)) if len(w) else 0
+    return (int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int(orlow), int(((w >> (E + M)) & 1).sum()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chunk_statistics_match_numpy_for_every_bit_pattern(dtype):
+    """The encoder's statistics pass (one SIMD loop, a subnormal's bit length read from a float32
+    conversion) gives the integer statistics of every word: every bit pattern of the 8- and 16-bit
+    dtypes (subnormals, -0, inf, NaN payloads), float32's subnormals, specials and random words, at
+    lengths with every tail (m % 16) and the largest chunk's (2^20 values, where a lane's sums are
+    biggest)."""
+    from codec import _numba as N
+
+    lay = layout_for(np_dtype(dtype))
+    rng = np.random.default_rng(_seed("stats", dtype))
+    if lay.itemsize < 4:
+        words = np.arange(1 << (8 * lay.itemsize), dtype=np.int64).astype(lay.uint)
+        words = np.tile(words, max(1, 4096 // len(words)))
+    else:
+        sub = rng.integers(0, 1 << 23, 3000, dtype=np.uint32) >> rng.integers(0, 23, 3000).astype(np.uint32)
+        words = np.concatenate([sub, sub | np.uint32(1 << 31), rng.integers(0, 1 << 32, 60000, dtype=np.uint32),
+                                np.array([0, 1 << 31, 0x7F800000, 0xFF800000, 0x7FC00001, 1], np.uint32)])
+    words = rng.permutation(words)
+    for m in [len(words)] + [int(v) for v in rng.integers(1, 4000, 20)] + list(range(1, 40)):
+        w = np.ascontiguousarray(words[:m])
+        assert tuple(int(v) for v in N._stats(w, m, lay.exp_bits, lay.man_bits)) == _stats_numpy(w, lay), m
+    # the largest chunk, of the largest exponent fields (every lane's sum of log2 at its largest)
+    top = ((1 << (lay.exp_bits + lay.man_bits)) - 1)
+    w = np.full(1 << 20, top, lay.uint)
+    assert tuple(int(v) for v in N._stats(w, len(w), lay.exp_bits, lay.man_bits)) == _stats_numpy(w, lay)
+
+
+def _bound_cases(dtype, n, rng):
+    x = rng.normal(0, 0.02, n).astype(np_dtype(dtype))
+    w = bits(x).copy()
+    one = bits(np.array([1.0, 1.5], np.float64).astype(np_dtype(dtype)))
+    rows = np.zeros_like(w)
+    for r in rng.choice(n // 384, max(1, n // 384 // 20), replace=False):
+        rows[r * 384:(r + 1) * 384] = w[r * 384:(r + 1) * 384]
+    yield "dense", w
+    yield "rows", rows
+    for p in (0.001, 0.01, 0.1, 0.5):
+        yield f"scattered {p}", np.where(rng.random(n) < p, w, 0).astype(w.dtype)
+    yield "one value", np.full_like(w, one[0])                      # a table of one symbol's 4096 - slots
+    low = np.full_like(w, one[0])
+    low[rng.choice(n, max(1, n // 3000), replace=False)] = one[1]
+    yield "one value and a few others", low
+    zeros_and_one = np.zeros_like(w)
+    zeros_and_one[rng.integers(0, n)] = one[0]
+    yield "one non-zero value", zeros_and_one
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_words_lower_bound_holds_for_every_coded_payload(dtype):
+    """A coded payload that cannot fit its limit is not coded at all (codec._numba._words_lower_bound:
+    the candidates of a mostly-zero chunk that the smallest so far rules out): the bound must never
+    exceed the words the payload really takes, or the encoder would drop the payload the reference
+    keeps.  Checked on chunks whose tables are the extremes (one symbol of nearly every slot, a lone
+    non-zero value among +0, scattered and row-sparse values, dense), with 1 to 32 rANS lanes:
+    against the head's word count, and through the limit itself (a limit of exactly the payload's
+    size returns that size)."""
+    from codec import _numba as N
+    from codec.format import CHUNK_HEAD
+
+    lay = layout_for(np_dtype(dtype))
+    E, M = lay.exp_bits, lay.man_bits
+    fam = N._family64()
+    rng = np.random.default_rng(_seed("bound", dtype))
+    for n in (1000, 16384 + 48, 65536):
+        for kind, w in _bound_cases(dtype, n, rng):
+            stats = N._stats(w, n, E, M)
+            hist, occ, k_occ = N._sample_hist(w, n, 17, E, M)
+            sym = np.empty(n, np.uint8)
+            wbuf = np.empty(n + 64, np.uint16)
+            out = np.empty(2 * n * lay.itemsize + 4096, np.uint8)
+
+            def code(limit):
+                return N._code_values(w, n, stats, hist, occ, k_occ, 0, E, M, lay.has_inf, *fam, 0,
+                                      np.empty(0, np.uint8), 0, out, sym, wbuf, w, limit)
+            size = code(len(out))
+            head = CHUNK_HEAD.unpack_from(out[:CHUNK_HEAD.size].tobytes())
+            f = np.empty(N.N_SYMBOLS, np.int64)
+            cum = np.empty(N.N_SYMBOLS + 1, np.int64)
+            N._tables(fam[0], head.codebook, head.ref, E, lay.has_inf, f, cum)
+            lanes = N._lanes(n)
+            assert N._words_lower_bound(f, n, n - head.n_sm, lanes) <= head.n_words, (kind, n)
+            assert code(size) == size and code(size - 1) > size - 1, (kind, n)
