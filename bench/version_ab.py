@@ -44,6 +44,11 @@ x = np.zeros(16 << 20, np.float16)
 keep = rng.random(16 << 20) < 0.002
 x[keep] = (rng.standard_normal(int(keep.sum())) * 2e-3) ** 2
 inputs.append(("fp16 0.2 % non-zero", x))
+# unstructured pruning: 90 % and 99 % of a weight's entries +0, scattered
+for keep in (0.1, 0.01):
+    x = (rng.standard_normal(16 << 20) * 0.02).astype(ml_dtypes.bfloat16)
+    x[rng.random(16 << 20) >= keep] = 0
+    inputs.append((f"bf16 {100 - 100 * keep:g} % pruned", x))
 try:
     from bench.corpus import build_corpus_f32, tensor_class
     grads = build_corpus_f32()
