@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from pathlib import Path
 
 from bench.cluster import Cluster
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     out = Path(a.out) if a.out else RESULTS / "collectives.md"
     out.write_text(
         "# Compressed collectives vs torch.distributed gloo (emulated cluster)\n\n"
-        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {a.p2p} --moe {a.moe} "
+        f"Regenerate (root): `python -m bench.collectives_speed --plan {a.plan} --p2p {shlex.quote(a.p2p)} --moe {shlex.quote(a.moe)} "
         f"--reps {a.reps}`. CPU: {_cpu_model()}. "
         f"{a.ranks} ranks (2 for send/recv) in network namespaces on one 2-core machine, links shaped with tc/tbf; "
         "times are best of at least `--reps` rounds (more for fast calls, until the slowest candidate ran 3 s, at most 20; after one untimed call of each, the candidates interleaved; the codec speeds measured one rank at a time); speed-up = torch time / zipccl compressed time; `auto` = compress=\"auto\" "
