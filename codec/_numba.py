@@ -305,12 +305,14 @@ def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bit
 def _stats(vals, m, E, M):
     """The integer statistics the codebook is chosen from: ``(zeros, non-zero magnitudes, sum of their
     log2 in exponent units (a subnormal's from its bit length), OR of the low mantissa bits, set sign
-    bits)``.  16 values at a time in one SIMD loop (per-lane sums, added up at the end), then the tail."""
+    bits, values in all-+0 16-value blocks)`` (the last one the 16-value zero-block mode's skip, the
+    last block the tail: the most any zero-block mode skips).  16 values at a time in one SIMD loop
+    (per-lane sums, added up at the end), then the tail."""
     emask = (1 << E) - 1
     mmask = (1 << M) - 1
     lowmask = (1 << (M - 1)) - 1
     magmask = (1 << (E + M)) - 1
-    acc32 = _private(5 * LANES, 0, np.int32)
+    acc32 = _private(6 * LANES, 0, np.int32)
     g16 = m - m % LANES
     em = (E << 8) | M
     stats16(vals, 0, g16 // LANES, em, acc32)
@@ -325,8 +327,11 @@ def _stats(vals, m, E, M):
         n_log += acc32[LANES + j]
         s1 += acc32[2 * LANES + j]
         orlow |= acc32[3 * LANES + j]
+    skip16 = 16 * np.int64(acc32[5 * LANES])
+    tail_zero = g16 < m
     for i in range(g16, m):
         w = np.int64(vals[i])
+        tail_zero &= w == 0
         e = (w >> M) & emask
         sub = 64 - np.int64(leading_zeros(np.uint64((w & mmask) | 1))) - M
         nz = (w & magmask) != 0
@@ -336,7 +341,7 @@ def _stats(vals, m, E, M):
         s1 += lg
         orlow |= w & lowmask
         n_neg += (w >> (E + M)) & 1
-    return n_zero, n_log, s1, np.int64(orlow) & lowmask, n_neg
+    return n_zero, n_log, s1, np.int64(orlow) & lowmask, n_neg, skip16 + (m - g16) * tail_zero
 
 
 @njit(cache=True, inline="always")
@@ -651,7 +656,7 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     ``sym`` (uint8, >= m) and ``wbuf`` (uint16, >= m + 64) are scratch; ``ahead``: the input that
     will be coded next (prefetched while the rANS rounds run).
     """
-    n_zero, n_log, s1, orlow, n_neg = stats
+    n_zero, n_log, s1, orlow, n_neg, _ = stats
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
     cb, ref = _select(hist, occ, k_occ, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets,
@@ -946,7 +951,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     sp_cap = sp if 0 <= sp < raw else raw
     cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
     scratch = np.empty(0, np.uint8)
-    if 32 * n_zero >= n:                    # zero blocks could skip 1/32 of the chunk
+    # zero-block candidates only where 16-value blocks skip 1/32 of the chunk (they skip the most: a coarser
+    # block is a run of them); else (zeros scattered, as a ReLU's) no candidate is coded and no scratch is
+    # needed, and the blocks are not looked at (they were a fifth of a ReLU chunk's encode)
+    if 32 * stats[5] >= n:
         nzb = _nonzero_blocks16(w, n)        # every mode's blocks from one pass over 16-value blocks
         n_modes = len(_ZB_MODES)
         skips = np.empty(n_modes, np.int64)
@@ -954,9 +962,6 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         bitmaps = np.zeros(n_modes * row, np.uint8)          # one row per mode (flat: slices stay contiguous)
         for mi in range(n_modes):
             skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], bitmaps[mi * row:(mi + 1) * row])
-        # the finest blocks skip the most: where even they skip < 1/32 (zeros scattered, as a ReLU's),
-        # no candidate is coded and no scratch is needed
-        n_modes = n_modes if 32 * skips[0] >= n else 0
         vals = np.empty(n if n_modes else 0, w.dtype)
         scratch = np.empty(n * itemsize if n_modes else 0, np.uint8)
         for mi in range(n_modes):
@@ -989,7 +994,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     vals[kept:kept + hi - lo] = w[lo:hi]
                     kept += hi - lo
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
-            kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4])
+            kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], np.int64(0))
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,

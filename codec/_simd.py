@@ -1129,6 +1129,7 @@ def stats16(typingctx, words, at, groups, em, acc32):
         lg = (e if e else bit_length(w & (1 << M) - 1 | 1) - M) if nz else 0
         acc32[j] += w == 0;  acc32[16+j] += nz;  acc32[32+j] += lg;  acc32[48+j] |= w & (1 << (M-1)) - 1
         acc32[64+j] += w >> (E+M) & 1
+    acc32[80] += all 16 values of the group are +0          (per group)
 
     The groups run in one loop with the sums in registers (stored and reloaded per 16 values, they
     were a dependency through memory), and a subnormal's bit length is read from the exponent of its
@@ -1153,6 +1154,7 @@ def stats16(typingctx, words, at, groups, em, acc32):
         signshift = builder.add(e_w, m_w)
         bias = builder.add(m_w, _splat(_I32, 126))     # float exponent field - 126 = bit length
         sums = [cgutils.alloca_once_value(builder, zero) for _ in range(5)]
+        blocks = cgutils.alloca_once_value(builder, ir.Constant(_I32, 0))
         with cgutils.for_range(builder, gv) as loop:
             w = _load_words16(builder, context, st[0], wa,
                               builder.add(atv, builder.mul(loop.index, ir.Constant(_I64, LANES))))
@@ -1162,17 +1164,22 @@ def stats16(typingctx, words, at, groups, em, acc32):
             sub = builder.sub(builder.lshr(fbits, _splat(_I32, 23)), bias)
             nz = builder.icmp_unsigned("!=", builder.and_(w, magmask), zero)
             lg = builder.select(nz, builder.select(builder.icmp_unsigned("!=", e, zero), e, sub), zero)
-            rows = (builder.zext(builder.icmp_unsigned("==", w, zero), _vec(_I32)), builder.zext(nz, _vec(_I32)),
+            is_zero = builder.icmp_unsigned("==", w, zero)
+            rows = (builder.zext(is_zero, _vec(_I32)), builder.zext(nz, _vec(_I32)),
                     lg, builder.and_(w, lowmask), builder.and_(builder.lshr(w, signshift), one))
             for r, v in enumerate(rows):
                 old = builder.load(sums[r])
                 builder.store(builder.or_(old, v) if r == 3 else builder.add(old, v), sums[r])
+            all_zero = builder.icmp_unsigned("==", builder.bitcast(is_zero, _I16), ir.Constant(_I16, 0xFFFF))
+            builder.store(builder.add(builder.load(blocks), builder.zext(all_zero, _I32)), blocks)
         p32 = builder.bitcast(_data(context, builder, st[4], a32), _I32.as_pointer())
         for r in range(5):
             ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, LANES * r)]), _vec(_I32).as_pointer())
             old = builder.load(ptr, align=4)
             v = builder.load(sums[r])
             builder.store(builder.or_(old, v) if r == 3 else builder.add(old, v), ptr, align=4)
+        ptr = builder.gep(p32, [ir.Constant(_I64, LANES * 5)])
+        builder.store(builder.add(builder.load(ptr, align=4), builder.load(blocks)), ptr, align=4)
         return context.get_dummy_value()
 
     return sig, codegen

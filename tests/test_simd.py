@@ -647,7 +647,8 @@ def test_stale_kernel_index_files_are_dropped(tmp_path):
 
 def _stats_numpy(w, lay):
     """codec._numba._stats, value by value in NumPy: zeros, non-zero magnitudes, sum of log2 in exponent
-    units (a subnormal's from its mantissa's bit length), OR of the low mantissa bits, set sign bits."""
+    units (a subnormal's from its mantissa's bit length), OR of the low mantissa bits, set sign bits,
+    values in all-+0 blocks of 16 (the last one the tail)."""
     w = w.astype(np.int64)
     E, M = lay.exp_bits, lay.man_bits
     e = (w >> M) & ((1 << E) - 1)
@@ -656,7 +657,9 @@ def _stats_numpy(w, lay):
     nz = (w & ((1 << (E + M)) - 1)) != 0
     lg = np.where(nz, np.where(e != 0, e, bitlen - M), 0)
     orlow = np.bitwise_or.reduce(w & ((1 << (M - 1)) - 1)) if len(w) else 0
-    return (int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int(orlow), int(((w >> (E + M)) & 1).sum()))
+    zero_runs = sum(len(b) for b in np.split(w, range(16, len(w), 16)) if not b.any())
+    return (int((w == 0).sum()), int(nz.sum()), int(lg.sum()), int(orlow), int(((w >> (E + M)) & 1).sum()),
+            zero_runs)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -678,6 +681,7 @@ def test_chunk_statistics_match_numpy_for_every_bit_pattern(dtype):
         words = np.concatenate([sub, sub | np.uint32(1 << 31), rng.integers(0, 1 << 32, 60000, dtype=np.uint32),
                                 np.array([0, 1 << 31, 0x7F800000, 0xFF800000, 0x7FC00001, 1], np.uint32)])
     words = rng.permutation(words)
+    words[rng.choice(len(words) // 16, len(words) // 64, replace=False)[:, None] * 16 + np.arange(16)] = 0
     words.setflags(write=False)         # read-only, as the encoder's input (the kernels compiled for it)
     for m in [len(words)] + [int(v) for v in rng.integers(1, 4000, 20)] + list(range(1, 40)):
         w = np.ascontiguousarray(words[:m])

@@ -2,6 +2,7 @@
 
     python -m bench.probes.kernel_profile decode [bfloat16] [--seconds 8] [--top 12] [--window 24]
     python -m bench.probes.kernel_profile encode float16
+    python -m bench.probes.kernel_profile encode bfloat16 --input relu
 
 Runs single-thread encode or decode(out=buf) of 8 Mi Gaussian values in a child process under
 ``perf record -e cpu-clock`` (a software event: works in VMs that expose no PMU), while the child writes
@@ -28,10 +29,16 @@ import ctypes, json, sys, time
 import ml_dtypes, numpy as np
 import codec
 from codec import _numba as N
-what, dtype, seconds, dump = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+what, dtype, seconds, dump, kind = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
 codec.set_num_threads(1)
 dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-x = np.random.default_rng(0).normal(0, 0.02, 8 << 20).astype(dt)
+rng = np.random.default_rng(0)
+x = rng.normal(0, 0.02, 8 << 20)
+if kind == "relu":
+    x = np.maximum(x, 0)
+elif kind.startswith("pruned"):                 # pruned90: 90 % of the values +0, scattered
+    x[rng.random(len(x)) < int(kind[6:]) / 100] = 0
+x = x.astype(dt)
 blob = codec.encode(x)
 out = np.empty_like(x)
 codec.decode(blob, out=out)
@@ -72,6 +79,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("encode", "decode"))
     ap.add_argument("dtype", nargs="?", default="bfloat16")
+    ap.add_argument("--input", default="gaussian", help="gaussian, relu (half +0), pruned<P> (P %% +0, scattered)")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=12, help="hot spots shown")
     ap.add_argument("--window", type=int, default=24, help="instructions shown before each hot spot")
@@ -79,7 +87,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         dump, data = os.path.join(tmp, "code.bin"), os.path.join(tmp, "perf.data")
         child = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", data, sys.executable,
-                                "-c", _CHILD, args.what, args.dtype, str(args.seconds), dump],
+                                "-c", _CHILD, args.what, args.dtype, str(args.seconds), dump, args.input],
                                check=True, capture_output=True, text=True)
         info = json.loads(child.stdout.strip().splitlines()[-1])
         ips = subprocess.run(["perf", "script", "-i", data, "-F", "ip"], check=True, capture_output=True,
@@ -92,7 +100,7 @@ def main(argv=None) -> int:
     total = sum(counts.values())
     inside = sum(n for a, n in counts.items() if any(r_lo <= a < r_hi for r_lo, r_hi in regions))
     from bench.speed import _cpu_model
-    print(f"# {args.what} {args.dtype}: {info['MBps']:.0f} MB/s single thread; {_cpu_model()}")
+    print(f"# {args.what} {args.dtype} {args.input}: {info['MBps']:.0f} MB/s single thread; {_cpu_model()}")
     print(f"# {total} samples, {100 * inside / max(total, 1):.1f} % inside the kernels' code "
           f"({size} bytes in {len(regions)} mapping(s) from {lo:#x}; kernel entries at {', '.join(hex(b) for b in info['bases'])})")
     index = {a: i for i, (a, _) in enumerate(rows)}
