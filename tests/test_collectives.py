@@ -273,12 +273,17 @@ def test_send_recv():
     assert not bad and len(res[1]) == 48
 
 
+# ~12-15 s of spawned ranks: in CI's slow step (the README's run stays under 8 minutes on 2 cores)
+@pytest.mark.slow
 def test_mismatched_shapes_name_the_ranks():
     res = _run(case_mismatch, 4)
     for r in res.values():
         assert "ranks disagree" in r and "rank 3" in r, r
 
 
+# (tests/test_hardening.py checks a peer's forged frame in the README's run)
+# ~12-15 s of spawned ranks: in CI's slow step (the README's run stays under 8 minutes on 2 cores)
+@pytest.mark.slow
 def test_corrupted_frame_raises_with_checksum():
     res = _run(case_corrupt, 2)
     assert all(v.startswith("FormatError") for v in res.values()), res

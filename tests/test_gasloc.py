@@ -88,6 +88,8 @@ def _run(case, ws):
     return res
 
 
+# ~11 s: in CI's slow step (the README's run stays under 8 minutes on 2 cores)
+@pytest.mark.slow
 def test_reduces_to_diloco_on_complete_graph_with_full_averaging():
     res = _run(case_reduction, 2)
     for rank, worst in res.items():             # per round: max |DiLoCo - GASLoC| / derived bound
