@@ -962,8 +962,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         bitmaps = np.zeros(n_modes * row, np.uint8)          # one row per mode (flat: slices stay contiguous)
         for mi in range(n_modes):
             skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], bitmaps[mi * row:(mi + 1) * row])
-        vals = np.empty(n if n_modes else 0, w.dtype)
-        scratch = np.empty(n * itemsize if n_modes else 0, np.uint8)
+        vals = np.empty(n, w.dtype)
+        scratch = np.empty(n * itemsize, np.uint8)
         for mi in range(n_modes):
             mode = _ZB_MODES[mi]
             bs = 1 << mode
@@ -993,7 +993,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     hi = min(n, lo + bs)
                     vals[kept:kept + hi - lo] = w[lo:hi]
                     kept += hi - lo
-            # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum)
+            # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum); the
+            # zero-block count (last) only gates the candidates and is not read by the coding
             kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], np.int64(0))
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)

@@ -1150,8 +1150,8 @@ def stats16(typingctx, words, at, groups, em, acc32):
         m_w = vec32(builder.and_(emv, ir.Constant(_I64, 0xFF)))
         mask = lambda bits_: builder.sub(builder.shl(one, bits_), one)  # noqa: E731
         emask, mmask, lowmask = mask(e_w), mask(m_w), mask(builder.sub(m_w, one))
-        magmask = mask(builder.add(e_w, m_w))
         signshift = builder.add(e_w, m_w)
+        magmask = mask(signshift)
         bias = builder.add(m_w, _splat(_I32, 126))     # float exponent field - 126 = bit length
         sums = [cgutils.alloca_once_value(builder, zero) for _ in range(5)]
         blocks = cgutils.alloca_once_value(builder, ir.Constant(_I32, 0))
