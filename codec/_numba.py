@@ -1211,11 +1211,21 @@ def shrink(out: bytearray, n: int) -> None:
 SCRATCH_BYTES = 16 << 20    # bound on the per-thread scratch of encode_into (several numba threads)
 
 
+_COUNTERS = threading.local()
+_MAX_COUNTERS = 4
+
+
 def _counters(n: int) -> np.ndarray:
     """``n`` zeroed int64 claim counters, each on a 64-byte cache line of its own (counter ``i`` at
-    index ``8 * i``), shared by the threads of one call."""
-    ctl = np.zeros(8 * n + 8, np.int64)
-    return ctl[-ctl.ctypes.data % 64 // 8:][:8 * n]
+    index ``8 * i``), shared by the threads of one call.  The calling thread's own array, reused from
+    call to call (nothing uses a call's counters once :func:`codec._threads.run` has returned; a fresh
+    array a call was ~2 us of a small tensor's ~60)."""
+    ctl = getattr(_COUNTERS, "ctl", None)
+    if ctl is None:
+        raw = np.zeros(8 * _MAX_COUNTERS + 8, np.int64)
+        ctl = _COUNTERS.ctl = raw[-raw.ctypes.data % 64 // 8:][:8 * _MAX_COUNTERS]
+    ctl[:8 * n] = 0
+    return ctl[:8 * n]
 
 
 def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
@@ -1246,6 +1256,9 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     prev_c0 = prev_first = 0
     prev_at = no_prev
     at = pos                        # where the previous window's back chunks go; this one's front follows
+    if threads == 1:                # every payload in place, in one call (no windows, no copies)
+        run(_encode_window, 1, *consts, 0, n_chunks, dst, pos, halves[0], halves[1], 0, 0, no_prev, kinds, sizes, ctl)
+        return kinds, sizes, _crcs(dst, pos, sizes) if checksum else None
     for r, c0 in enumerate(range(0, n_chunks, win)):
         c1 = min(n_chunks, c0 + win)
         front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
@@ -1262,11 +1275,13 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         ctl[:] = 0
         run(_encode_window, threads, *consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2],
             prev_c0, prev_first, prev_at, kinds, sizes, ctl)
-    crcs = None
-    if checksum:
-        ends = (pos + np.cumsum(sizes)).tolist()
-        crcs = [crc32c(dst[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
-    return kinds, sizes, crcs
+    return kinds, sizes, _crcs(dst, pos, sizes) if checksum else None
+
+
+def _crcs(dst, pos, sizes) -> list:
+    """CRC32C of each payload, coded one after another from ``dst[pos]``."""
+    ends = (pos + np.cumsum(sizes)).tolist()
+    return [crc32c(dst[a:b]) for a, b in zip([pos] + ends[:-1], ends)]
 
 
 # fields of a coded chunk's decode parameters (``prm``), filled by _open_chunk
@@ -1518,7 +1533,21 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
         if x[lane] != RANS_L:
             return FAULT_RANS_STATE
     if prm[_P_DENSE]:
-        ke = _values_dense(buf, sym, done, n_coded, prm, ke, E, M, out)
+        # the values the SIMD rounds did not assemble (all of a chunk of fewer than 16 lanes), 16 at a
+        # time as the rounds do, escapes included; a group with a fault is redone one value at a time
+        em = (E << 8) | M | (prm[_P_NEG] << 16)
+        i = done
+        while i + LANES <= min(n_coded, prm[_P_VSAFE]):
+            ke_esc = values16_escaped(buf, sym, i, prm[_P_PLANE], prm[_P_NSM], prm[_P_FULL], prm[_P_REM],
+                                      prm[_P_SHIFT], prm[_P_REF], em, out, prm[_P_ESC], ke, prm[_P_NESC])
+            if ke_esc < 0:
+                ke = _values_dense(buf, sym, i, i + LANES, prm, ke, E, M, out)
+                if ke < 0:
+                    return -ke
+            else:
+                ke = ke_esc
+            i += LANES
+        ke = _values_dense(buf, sym, i, n_coded, prm, ke, E, M, out)
         if ke < 0:
             return -ke
         return 0 if ke == prm[_P_NESC] else FAULT_SYMBOLS
@@ -1782,32 +1811,41 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         return
     lay = h.layout
     mv = _readonly(np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8))
-    sel = slice(chunks.start, chunks.stop)
-    ends = h.ends[sel] + h.payload_start
-    starts = np.concatenate([[h.ends[chunks.start - 1] if chunks.start else 0], h.ends[sel][:-1]]) + h.payload_start
-    errors = np.zeros(len(chunks), np.int64)
-    threads = min(get_num_threads(), (len(chunks) + 1) // 2)
-    kinds = _readonly(np.ascontiguousarray(h.kinds[sel]))
-    starts, ends = starts.astype(np.int64), ends.astype(np.int64)
-    run(_decoder(lay), threads, _counters(1), mv, starts, ends, kinds, chunks.start, h.chunk_size, h.numel, _freqs64(),
+    c0, c1 = chunks.start, chunks.stop
+    ends = h.ends[c0:c1].astype(np.int64) + h.payload_start
+    starts = np.empty_like(ends)
+    starts[0] = (int(h.ends[c0 - 1]) if c0 else 0) + h.payload_start
+    starts[1:] = ends[:-1]
+    errors = np.zeros(c1 - c0, np.int64)
+    threads = min(get_num_threads(), (c1 - c0 + 1) // 2)
+    kinds = _readonly(np.ascontiguousarray(h.kinds[c0:c1]))
+    run(_decoder(lay), threads, _counters(1), mv, starts, ends, kinds, c0, h.chunk_size, h.numel, _freqs64(),
         out, errors, _limits(h))
     if int(kinds.max()) == KIND_SPARSE:
-        _sparse_chunks(mv, starts, ends, kinds, chunks.start, h.chunk_size, h.numel, lay.itemsize, out, errors)
-    bad = np.flatnonzero(errors)
-    if len(bad):
+        _sparse_chunks(mv, starts, ends, kinds, c0, h.chunk_size, h.numel, lay.itemsize, out, errors)
+    if errors.any():
+        bad = np.flatnonzero(errors)
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
         if code in HEAD_FAULTS:
             parse_chunk_head(h, mv, i)          # raises the fault with its values (the kernel has only the code)
         if code == FAULT_SPARSE:                # says what is wrong
             a, b = h.chunk_span(i)
             parse_sparse(mv[a:b], h.chunk_len(i), lay.itemsize, i)
-        raise chunk_fault(i, code)
+        raise chunk_fault(i, code, dtype=lay.name)
 
 
 def _limits(h: Header) -> np.ndarray:
-    """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes."""
-    return np.array([max(sign_modes(h.version)), n_codebooks(h.family_version),
-                     sum(1 << m for m in zero_block_modes(h.version))], np.int64)
+    """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes
+    (one read-only array per format version and codebook family)."""
+    key = (h.version, h.family_version)
+    lim = _LIMITS.get(key)
+    if lim is None:
+        lim = _LIMITS[key] = _readonly(np.array([max(sign_modes(h.version)), n_codebooks(h.family_version),
+                                                 sum(1 << m for m in zero_block_modes(h.version))], np.int64))
+    return lim
+
+
+_LIMITS: dict = {}
 
 
 def _freqs64():

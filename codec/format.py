@@ -168,7 +168,7 @@ CHUNK_FAULTS = {
     FAULT_RANS_END: "rANS stream ends early",
     FAULT_RANS_STATE: "rANS stream inconsistent (final state or word count wrong: corrupted payload)",
     FAULT_SYMBOLS: "decoded symbols disagree with the header counts",
-    FAULT_EXPONENT: "exponent field out of range",
+    FAULT_EXPONENT: "exponent field out of range for {dtype}",
     FAULT_PAYLOAD: "coded payload inconsistent (rANS stream or counts)",
     FAULT_SPARSE: "sparse payload malformed: {what}",
 }
