@@ -184,7 +184,7 @@ def test_every_tail_length_and_remainder_width(dtype):
         assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow) for d in DTYPES])
 @pytest.mark.parametrize("kind", ["dense", "shifted", "escapes"])
 def test_chunks_of_fewer_than_16_lanes_match_reference(dtype, kind):
     # chunks of < 16384 values have 1-8 rANS lanes: their rounds go one lane at a time, and a dense
