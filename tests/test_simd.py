@@ -207,6 +207,43 @@ def test_chunks_of_fewer_than_16_lanes_match_reference(dtype, kind):
             assert str(got.value) == str(want.value)
 
 
+def _outcome(blob, backend):
+    """What decoding ``blob`` gives: the values' bits, or the FormatError's message."""
+    try:
+        return bits(codec.decode(blob, backend=backend)).tobytes()
+    except codec.FormatError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow)
+                                   for d in ("bfloat16", "float16", "float32")])
+def test_forged_chunks_of_fewer_than_16_lanes_fail_as_the_reference(dtype):
+    # 8-lane chunks (their rounds one lane at a time, their values 16 at a time): a header claiming one
+    # word fewer makes the rounds read past the words, and flipped bits anywhere in the words, the
+    # plane or the escapes change states, refills and values; either way numba must end as the
+    # reference does
+    from codec import format as fmt
+
+    rng = np.random.default_rng(_seed(dtype, "forged8"))
+    for n in (8192, 12000, 16383):
+        x = _variant("escapes", dtype, n, seed=_seed(dtype, n))
+        good = codec.encode(x)
+        blob = bytearray(good)
+        h = fmt.parse_header(blob)
+        a = h.payload_start
+        hd = fmt.CHUNK_HEAD.unpack_from(blob, a)
+        assert fmt.lanes(n) == 8 and hd.n_words > 1
+        fmt.CHUNK_HEAD.pack_into(blob, a, **hd._replace(n_esc=hd.n_esc + 1, n_words=hd.n_words - 1)._asdict())
+        want = _outcome(bytes(blob), "reference")
+        assert not isinstance(want, bytes)
+        assert _outcome(bytes(blob), "numba") == want
+        for _ in range(40):
+            b = bytearray(good)
+            for pos in rng.integers(a + fmt.CHUNK_HEAD.size, len(b), 1 + int(rng.integers(3))):
+                b[pos] ^= 1 << int(rng.integers(8))
+            assert _outcome(bytes(b), "numba") == _outcome(bytes(b), "reference")
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_mutations_in_large_chunks(dtype):
     x = _variant("escapes", dtype, 2 * 65536 + 777, seed=7)
