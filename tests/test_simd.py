@@ -237,7 +237,7 @@ def test_forged_chunks_of_fewer_than_16_lanes_fail_as_the_reference(dtype):
         want = _outcome(bytes(blob), "reference")
         assert not isinstance(want, bytes)
         assert _outcome(bytes(blob), "numba") == want
-        for _ in range(40):
+        for _ in range(12 if dtype == "bfloat16" else 40):     # (the README's run: bf16, fewer flips)
             b = bytearray(good)
             for pos in rng.integers(a + fmt.CHUNK_HEAD.size, len(b), 1 + int(rng.integers(3))):
                 b[pos] ^= 1 << int(rng.integers(8))
