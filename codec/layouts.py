@@ -16,6 +16,7 @@ the project reads them from there.  Adding a dtype: see "Adding a dtype" in READ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import ml_dtypes
 import numpy as np
@@ -25,6 +26,8 @@ __all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "layout_nam
 
 @dataclass(frozen=True)
 class FloatLayout:
+    # (the dtype objects below are cached on the instance: building them from names took ~10 us of a
+    # small tensor's torch encode + decode)
     name: str            # canonical name, e.g. "bfloat16": NumPy/ml_dtypes and torch use it too
     code: int            # dtype code stored in the stream header (never reuse one)
     exp_bits: int        # E
@@ -43,11 +46,11 @@ class FloatLayout:
         """Width of the raw sign+mantissa field: ``1 + M``."""
         return 1 + self.man_bits
 
-    @property
+    @cached_property
     def uint(self) -> np.dtype:
         return np.dtype(f"<u{self.itemsize}")
 
-    @property
+    @cached_property
     def numpy_dtype(self) -> np.dtype:
         return _numpy_dtype(self.name)
 
@@ -61,26 +64,26 @@ class FloatLayout:
         """The unsigned word type in the CUDA kernels."""
         return {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}[self.itemsize]
 
-    @property
+    @cached_property
     def view_ints(self) -> np.dtype:
         """The integer type torch can view words as on the CPU, and convert to NumPy (torch's
         uint16/uint32 are storage-only): uint8, int16 or int32.  Same bits as :attr:`uint`."""
         return np.dtype(np.uint8) if self.itemsize == 1 else np.dtype(f"<i{self.itemsize}")
 
-    @property
+    @cached_property
     def torch_dtype(self):
         import torch
 
         return getattr(torch, self.name)
 
-    @property
+    @cached_property
     def torch_view_ints(self):
         """:attr:`view_ints` as a torch dtype."""
         import torch
 
         return getattr(torch, self.view_ints.name)
 
-    @property
+    @cached_property
     def torch_words(self):
         """The unsigned torch dtype the device kernels take words as (``torch.uint16``...)."""
         import torch
