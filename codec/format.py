@@ -587,8 +587,16 @@ def parse_header(buf, length: int | None = None) -> Header:
         raise FormatError(f"unknown flags {flags:#x} in a version-{version} stream")
     fam = FAMILY_OF_VERSION[version]
     if flags & FLAG_COMPACT:
-        chunk_size, shape, kinds, ends_u, crcs, pos = _parse_compact(mv, size)
-        n_chunks = len(kinds)
+        chunk_size, shape, kinds, ends, crcs, pos = _parse_compact(mv, size)
+        # the compact table's ends are running sums of sizes >= 0 (increasing by construction; the
+        # largest is the last): the checks below, with plain integers (a small stream's parse is
+        # mostly such checks on tiny arrays)
+        total = int(ends[-1]) if len(ends) else 0
+        if total > size - pos:
+            raise FormatError("chunk table points past the end of the stream")
+        if pos + total != size:
+            raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
+        return Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
     else:
         _, _, _, _, ndim, chunk_size, fam_field, reserved = STREAM_HEAD.unpack_from(mv, 0)
         if reserved:
