@@ -7,7 +7,8 @@ fewer than 16384 values: every tensor under 32 KiB of bf16, and the partial last
 whose size is not a multiple of the chunk), the smallest 16-lane chunk (16384) and a 64K-value chunk
 plus a 12,288-value tail.  One codec thread; each figure is the best of 7 repeats of a timed loop
 (microseconds per call); ``decode(out=)`` into a reused array, as a service that decodes many small
-messages would.  Peers in the same process: ZipNN (threads=1) and zstd level 3 (single-threaded) on
+messages would; and a torch tensor encoded and decoded into reused buffers (``out=``), as the collectives
+do with their frames.  Peers in the same process: ZipNN (threads=1) and zstd level 3 (single-threaded) on
 the same bytes.  ``--ab OLD``: the zipccl columns are also measured in an older checkout (``git worktree
 add --detach /tmp/old <commit>``), in alternating fresh processes, so a change's effect is read off
 the same run.
@@ -47,6 +48,18 @@ for dt in dtypes:
         row = {"zipccl_enc_us": best(lambda: codec.encode(x), reps),
                "zipccl_dec_us": best(lambda: codec.decode(blob, out=out), reps),
                "zipccl_ratio": x.nbytes / len(blob)}
+        try:                      # a torch tensor into reused buffers (a collective's frames, a DDP bucket)
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            tx = torch.from_numpy(x.view(np.uint8 if x.itemsize == 1 else f"<i{x.itemsize}").copy()).view(
+                getattr(torch, dt))
+            tbuf = torch.empty(codec.max_encoded_size(tx), dtype=torch.uint8)
+            ts = codec.encode(tx, out=tbuf)
+            tout = torch.empty_like(tx)
+            row["torch_enc_us"] = best(lambda: codec.encode(tx, out=tbuf), reps)
+            row["torch_dec_us"] = best(lambda: codec.decode(ts, out=tout), reps)
         if peers:
             import zstandard
             from zipnn import ZipNN
@@ -87,6 +100,10 @@ def _lanes(n: int) -> str:
     return f"{first}" + (f" + {lanes(tail)}" if tail else "") if VALUES_PER_LANE else "?"
 
 
+def _us(row: dict, col: str) -> str:
+    return f"{row[col]:.1f}" if col in row else "-"
+
+
 def main(argv=None) -> int:
     from bench.speed import _cpu_model, write_result
 
@@ -111,23 +128,25 @@ def main(argv=None) -> int:
                             base[key][col] = min(base[key][col], v)
     lines = [f"# Small calls: per-call time of small tensors and of chunks of fewer than 16 rANS lanes",
              "", f"CPU: {_cpu_model()}; one codec thread; microseconds per call, best of 7 timed loops "
-             f"(encode; decode(out=) into a reused array).  Regenerate: `python -m bench.small_calls"
+             f"(encode; decode(out=) into a reused array; torch: a tensor into reused buffers, as the collectives' "
+             f"frames).  Regenerate: `python -m bench.small_calls"
              f"{' --ab OLD' if old else ''}`.", ""]
     head = "| dtype | values | rANS lanes | zipccl encode | zipccl decode | ZipNN encode | ZipNN decode | zstd3 encode " \
-           "| zstd3 decode | decode vs ZipNN | ratio zipccl / ZipNN / zstd3 |"
+           "| zstd3 decode | decode vs ZipNN | ratio zipccl / ZipNN / zstd3 | torch encode(out=) | torch decode(out=) |"
     if old:
-        head += " old encode | old decode | decode old/new |"
+        head += " old encode | old decode | decode old/new | old torch encode | old torch decode |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for key, row in new.items():
         dt, n = key.split(":")
         cells = [dt, n, _lanes(int(n)), f"{row['zipccl_enc_us']:.1f}", f"{row['zipccl_dec_us']:.1f}",
                  f"{row['zipnn_enc_us']:.1f}", f"{row['zipnn_dec_us']:.1f}", f"{row['zstd3_enc_us']:.1f}",
                  f"{row['zstd3_dec_us']:.1f}", f"{row['zipnn_dec_us'] / row['zipccl_dec_us']:.2f}x",
-                 f"{row['zipccl_ratio']:.3f} / {row['zipnn_ratio']:.3f} / {row['zstd3_ratio']:.3f}"]
+                 f"{row['zipccl_ratio']:.3f} / {row['zipnn_ratio']:.3f} / {row['zstd3_ratio']:.3f}",
+                 _us(row, "torch_enc_us"), _us(row, "torch_dec_us")]
         if old:
             o = old[key]
             cells += [f"{o['zipccl_enc_us']:.1f}", f"{o['zipccl_dec_us']:.1f}",
-                      f"{o['zipccl_dec_us'] / row['zipccl_dec_us']:.2f}x"]
+                      f"{o['zipccl_dec_us'] / row['zipccl_dec_us']:.2f}x", _us(o, "torch_enc_us"), _us(o, "torch_dec_us")]
         lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
