@@ -589,14 +589,10 @@ def parse_header(buf, length: int | None = None) -> Header:
     if flags & FLAG_COMPACT:
         chunk_size, shape, kinds, ends, crcs, pos = _parse_compact(mv, size)
         # the compact table's ends are running sums of sizes >= 0 (increasing by construction; the
-        # largest is the last): the checks below, with plain integers (a small stream's parse is
-        # mostly such checks on tiny arrays)
-        total = int(ends[-1]) if len(ends) else 0
-        if total > size - pos:
-            raise FormatError("chunk table points past the end of the stream")
-        if pos + total != size:
-            raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
-        return Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
+        # largest is the last): checked below with plain integers (a small stream's parse is mostly
+        # such checks on tiny arrays)
+        n_chunks = len(kinds)
+        highest = total = int(ends[-1]) if n_chunks else 0
     else:
         _, _, _, _, ndim, chunk_size, fam_field, reserved = STREAM_HEAD.unpack_from(mv, 0)
         if reserved:
@@ -627,14 +623,16 @@ def parse_header(buf, length: int | None = None) -> Header:
         crcs = None
         if checksum:
             crcs, pos = _read_crcs(mv, pos, n_chunks)
-    if n_chunks and int(ends_u.max()) > size - pos:
+        highest = int(ends_u.max()) if n_chunks else 0
+    if highest > size - pos:
         raise FormatError("chunk table points past the end of the stream")
-    ends = ends_u.astype(np.int64)
-    sizes = ends.copy()
-    sizes[1:] -= ends[:-1]
-    if n_chunks and int(sizes.min()) < 0:
-        raise FormatError("chunk table offsets are not increasing")
-    total = int(ends[-1]) if n_chunks else 0
+    if not flags & FLAG_COMPACT:
+        ends = ends_u.astype(np.int64)
+        sizes = ends.copy()
+        sizes[1:] -= ends[:-1]
+        if n_chunks and int(sizes.min()) < 0:
+            raise FormatError("chunk table offsets are not increasing")
+        total = int(ends[-1]) if n_chunks else 0
     if pos + total != size:
         raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
     h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
