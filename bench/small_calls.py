@@ -93,11 +93,11 @@ def _child(checkout: Path, peers: bool) -> dict:
 
 
 def _lanes(n: int) -> str:
-    from codec.format import VALUES_PER_LANE, lanes
+    """The rANS lanes of a tensor of ``n`` values in 64K chunks: its first chunk's (+ its tail's)."""
+    from codec.format import lanes
 
-    first = lanes(min(n, 65536))
     tail = n % 65536 if n > 65536 else 0
-    return f"{first}" + (f" + {lanes(tail)}" if tail else "") if VALUES_PER_LANE else "?"
+    return f"{lanes(min(n, 65536))}" + (f" + {lanes(tail)}" if tail else "")
 
 
 def _us(row: dict, col: str) -> str:
