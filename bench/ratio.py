@@ -116,6 +116,23 @@ def _write_csv(path: Path, rows, cols) -> None:
         w.writerows(rows)
 
 
+def fmt_written() -> int:
+    from codec import format as fmt
+
+    return fmt.WRITE_VERSION
+
+
+def _targets(rows, corpus) -> str:
+    """The format issue's per-tensor targets: >= the best peer on tensors over 64 KiB, never more than 2 %
+    below it on tensors over 1 MiB."""
+    nbytes = {name: x.nbytes for name, x in corpus}
+    big = [r for r in rows if nbytes[r["tensor"]] > 64 << 10]
+    wins = sum(r["margin_vs_best_peer"] >= 0 for r in big)
+    off = [r for r in rows if nbytes[r["tensor"]] > 1 << 20 and r["zipccl"] < 0.98 * r[r["best_peer"]]]
+    return (f"over 64 KiB: {wins}/{len(big)} ({100 * wins / max(len(big), 1):.1f} %); over 1 MiB more than 2 % "
+            f"below the best peer: {len(off)}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small embedded synthetic input; print only")
@@ -127,7 +144,16 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", type=Path, default=None, help="also write every tensor's row here")
     ap.add_argument("--fp8-classes", default="weights,activations",
                     help="classes also measured in float8_e4m3fn and float8_e5m2 ('' for none)")
+    ap.add_argument("--format", type=int, default=None, choices=(6, 7),
+                    help="the stream format zipccl writes (default: the encoder's; 7: explicit tables, written "
+                         "to ratio_v7.md / ratio_v7.csv)")
     args = ap.parse_args(argv)
+    suffix = ""
+    if args.format is not None:
+        from codec import format as fmt
+
+        fmt.WRITE_VERSION = args.format
+        suffix = "" if args.format == fmt.FORMAT_VERSION else f"_v{args.format}"
     if args.quick:
         corpus = _quick_corpus()
     else:
@@ -146,7 +172,8 @@ def main(argv=None) -> int:
     table = to_markdown(summary, sum_cols, "{:.3f}")
     print(table)
     losses = [r for r in rows if r["margin_vs_best_peer"] < 0]
-    print(f"\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors")
+    targets = _targets(rows, corpus)
+    print(f"\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors; {targets}")
     cols = ["tensor", "numel", "zipccl", *peers, "bound", "best_peer", "margin_vs_best_peer", "gap_to_bound"]
     if args.csv:
         _write_csv(args.csv, rows, cols)
@@ -155,13 +182,14 @@ def main(argv=None) -> int:
             print(f"  {r['tensor']}: {r['zipccl']:.4f} vs {r['best_peer']} {r[r['best_peer']]:.4f}")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    _write_csv(args.out / "ratio.csv", rows, cols)
+    _write_csv(args.out / f"ratio{suffix}.csv", rows, cols)
     worst = sorted(rows, key=lambda r: r["margin_vs_best_peer"])[:25]
-    (args.out / "ratio.md").write_text(
+    command = "python -m bench.ratio" + (f" --format {args.format}" if args.format is not None else "")
+    (args.out / f"ratio{suffix}.md").write_text(
         "# Compression ratio: zipccl vs peers\n\n"
-        f"Regenerate: `python -m bench.ratio` (chunk size {args.chunk_size or 'default: 65536, 16384 for float32'}). Ratio = raw bytes / compressed "
+        f"Regenerate: `{command}` (format {fmt_written()}; chunk size {args.chunk_size or 'default: 65536, 16384 for float32'}). Ratio = raw bytes / compressed "
         "bytes, summed per class (higher is better); `bound` is the order-0 exponent-entropy bound.\n\n"
-        + table + f"\n\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors.\n\n"
+        + table + f"\n\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors; {targets}.\n\n"
         "## The 25 tensors with the smallest margin over the best peer\n\n"
         + to_markdown(worst, ["tensor", "numel", "zipccl", "best_peer", "margin_vs_best_peer", "bound"])
         + "\n\nEvery tensor: `ratio.csv`.\n")

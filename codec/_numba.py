@@ -18,15 +18,16 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
-from .codebook import (ESC_LENGTH, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
+from . import format as fmt
+from .codebook import (ESC_LENGTH, EXPLICIT_GATE, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
                        SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS,
                        load_family, n_codebooks)
-from .format import (CHUNK_HEAD, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
+from .format import (CB_EXPLICIT, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
-                     FAULT_SPARSE, FAULT_SYMBOLS, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE,
+                     FAULT_SPARSE, FAULT_SYMBOLS, FAULT_TABLE, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE,
                      MAX_LANES, RANS_L, SPARSE_GAP_BYTES,
                      SIGN_NEGATIVE, SIGN_POSITIVE, SIGN_STORED, VALUES_PER_LANE, ZERO_BLOCK_MODES, Header,
-                     chunk_fault, crc32c, parse_chunk_head, parse_sparse, plane_width, sign_modes,
+                     chunk_fault, crc32c, explicit_tables, parse_chunk_head, parse_sparse, plane_width, sign_modes,
                      zero_block_modes)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
@@ -281,8 +282,9 @@ def _put_escapes(out, p, vals, sym, lo, hi, E, M):
 
 
 @njit(cache=True, inline="always")
-def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bitmap, nbitmap, x, k):
-    """A CODED payload's chunk header, zero-block bitmap and final rANS states; returns the offset after them."""
+def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, table, ntab, bitmap, nbitmap, x, k):
+    """A CODED payload's chunk header, explicit table, zero-block bitmap and final rANS states; returns the
+    offset after them."""
     _put16(out, _CH_CODEBOOK, cb)
     _put16(out, _CH_REF, ref & 0xFFFF)
     out[_CH_SHIFT] = shift
@@ -292,7 +294,9 @@ def _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bit
     _put32(out, _CH_NSM, n_sm)
     _put32(out, _CH_NESC, n_esc)
     _put32(out, _CH_NWORDS, n_words)
-    p = _HEAD
+    for b in range(ntab):
+        out[_HEAD + b] = table[b]
+    p = _HEAD + ntab
     for b in range(nbitmap):
         out[p + b] = bitmap[b]
     p += nbitmap
@@ -451,8 +455,8 @@ def _step_bits(fs, total):
 
 
 @njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead, n_zero, sign,
-                narrow, limit):
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
+                n_zero, sign, narrow, limit):
     """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
     then the rANS rounds backwards (16 lanes at a time in chunks of 16 or 32 lanes, one lane at a time
     in smaller ones) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
@@ -504,7 +508,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     rem = width % 8
     nplane = _packed_nbytes(n_sm, width)
     if limit >= 0:                          # a payload that cannot be short enough is not coded at all
-        lb = _HEAD + nbitmap + 4 * k + nplane + 2 * _words_lower_bound(f, m, n_zero, k)
+        lb = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * _words_lower_bound(f, m, n_zero, k)
         if lb > limit:
             return lb
     # with ZERO symbols the remainder fields are first stored a byte each (then packed in place)
@@ -614,7 +618,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
     # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
     # cache, a line per round, so that its statistics pass does not wait on memory
     pf = 0
-    fixed = _HEAD + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
+    fixed = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
     for r in range(full_rounds - 1, -1, -1):
         if limit >= 0 and fixed + 2 * (cap - pos) > limit:
             return fixed + 2 * (cap - pos)
@@ -632,11 +636,12 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
             prefetch(ahead, pf)
             pf += 64
     n_words = cap - pos
-    size = _HEAD + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
+    size = _HEAD + ntab + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
         return size
     # payload: header, bitmap, states, words, plane, escapes
-    p = _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, bitmap, nbitmap, x, k)
+    p = _put_head(out, cb, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, table, ntab, bitmap, nbitmap, x,
+                  k)
     copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)      # u16 words are stored little-endian
     p += 2 * n_words
     copy_bytes(out, p, plane, 0, nplane)
@@ -647,8 +652,188 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ou
 
 
 @njit(cache=True)
+def _full_hist(vals, m, E, M):
+    """codec.codebook.sample_histogram of every one of ``vals[:m]`` (step 1), two interleaved partial
+    histograms as in :func:`_sample_hist`."""
+    nb = (2 << E) + 1
+    emask = (1 << E) - 1
+    part = np.zeros((2, nb), np.int32)
+    i = 0
+    while i + 1 < m:
+        v0 = np.int64(vals[i])
+        v1 = np.int64(vals[i + 1])
+        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+        part[1, 2 * ((v1 >> M) & emask) + ((v1 >> (M - 1)) & 1) + (v1 == 0) * (nb - 1)] += 1
+        i += 2
+    if i < m:
+        v0 = np.int64(vals[i])
+        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+    hist = np.empty(nb, np.int64)
+    for b in range(nb):
+        hist[b] = np.int64(part[0, b]) + part[1, b]
+    return hist
+
+
+@njit(cache=True)
+def _fitted_length(hist, skipped, f, ref, code_lengths, M):
+    """codec.codebook.fitted_length: sample_length of ``hist`` (less ``skipped`` +0) under the fitted ``f``,
+    plus the plane bits of +0 where ``f`` has no ZERO symbol."""
+    nb = len(hist)
+    zeros = hist[nb - 1] - skipped
+    esc = code_lengths[f[SYM_ESC]] + ESC_LENGTH
+    total = 0
+    z0 = 0                                   # +0 coded as field 0 with leading bit 0 (bin 0)
+    if f[SYM_ZERO] > 0:
+        total += zeros * code_lengths[f[SYM_ZERO]]
+    else:
+        z0 = zeros
+        total += (zeros * M) << LENGTH_FRAC_BITS
+    for b in range(nb - 1):
+        c = hist[b] + (z0 if b == 0 else 0)
+        if c == 0:
+            continue
+        j = (b >> 1) - ref + WINDOW_LOW
+        ln = esc
+        if 0 <= j < WINDOW:
+            fs = f[SYM_WINDOW0 + 2 * j + (b & 1)]
+            if fs > 0:
+                ln = code_lengths[fs]
+        total += c * ln
+    return total
+
+
+@njit(cache=True)
+def _explicit_counts(hist, skipped, ref, c):
+    """codec.codebook.explicit_counts into ``c``."""
+    nb = len(hist)
+    for s in range(N_SYMBOLS):
+        c[s] = 0
+    c[SYM_ZERO] = hist[nb - 1] - skipped
+    for b in range(nb - 1):
+        j = (b >> 1) - ref + WINDOW_LOW
+        if 0 <= j < WINDOW:
+            c[SYM_WINDOW0 + 2 * j + (b & 1)] += hist[b]
+        else:
+            c[SYM_ESC] += hist[b]
+
+
+@njit(cache=True)
+def _explicit_frequencies(c, code_lengths, f):
+    """codec.codebook.explicit_frequencies of counts ``c`` into ``f`` (same integer steps, same ties)."""
+    n = 0
+    for s in range(N_SYMBOLS):
+        n += c[s]
+    total = 0
+    for s in range(N_SYMBOLS):
+        f[s] = max(c[s] * TOTAL // n, 1) if c[s] > 0 else 0
+        total += f[s]
+    while total < TOTAL:
+        best = -1
+        bs = 0
+        for s in range(N_SYMBOLS):
+            if c[s] > 0:
+                g = c[s] * (code_lengths[f[s]] - code_lengths[min(f[s] + 1, TOTAL)])
+                if g > best:
+                    best = g
+                    bs = s
+        f[bs] += 1
+        total += 1
+    while total > TOTAL:
+        best = -1
+        bs = 0
+        for s in range(N_SYMBOLS):
+            if f[s] > 1:
+                g = c[s] * (code_lengths[f[s] - 1] - code_lengths[f[s]])
+                if best < 0 or g < best:
+                    best = g
+                    bs = s
+        f[bs] -= 1
+        total -= 1
+
+
+@njit(cache=True)
+def _explicit_nbytes(f):
+    """codec.codebook.explicit_table_nbytes."""
+    lo = -1
+    hi = -1
+    for j in range(2 * WINDOW):
+        if f[SYM_WINDOW0 + j] > 0:
+            if lo < 0:
+                lo = j
+            hi = j
+    nbytes = 2 + (1 + (f[SYM_ZERO] >= 128)) + (1 + (f[SYM_ESC] >= 128))
+    if lo >= 0:
+        for j in range(lo, hi + 1):
+            nbytes += 1 + (f[SYM_WINDOW0 + j] >= 128)
+    return nbytes
+
+
+@njit(cache=True)
+def _explicit_symbol_length(c, f, code_lengths):
+    """codec.codebook.explicit_length less the table's bytes."""
+    total = c[SYM_ESC] * ESC_LENGTH
+    for s in range(N_SYMBOLS):
+        total += c[s] * code_lengths[f[s]]
+    return total
+
+
+_TABLE_BYTE = 8 << LENGTH_FRAC_BITS
+
+
+@njit(cache=True)
+def _choose_explicit(vals, m, hist, skipped, f, ref, code_lengths, E, M, fe):
+    """Format 7: the explicit table ``fe`` for the ``m`` coded values ``vals`` where it pays against the
+    fitted ``f`` (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
+    explicit_pays on every value); returns whether it does."""
+    c = np.empty(N_SYMBOLS, np.int64)
+    _explicit_counts(hist, skipped, ref, c)
+    ns = 0
+    for s in range(N_SYMBOLS):
+        ns += c[s]
+    if ns == 0:
+        return False
+    _explicit_frequencies(c, code_lengths, fe)
+    tb = _explicit_nbytes(fe) * _TABLE_BYTE
+    saved = _fitted_length(hist, skipped, f, ref, code_lengths, M) - _explicit_symbol_length(c, fe, code_lengths)
+    if saved * m <= EXPLICIT_GATE * tb * ns:
+        return False
+    full = _full_hist(vals, m, E, M)
+    _explicit_counts(full, 0, ref, c)
+    _explicit_frequencies(c, code_lengths, fe)
+    return (_explicit_symbol_length(c, fe, code_lengths) + _explicit_nbytes(fe) * _TABLE_BYTE
+            < _fitted_length(full, 0, f, ref, code_lengths, M))
+
+
+@njit(cache=True)
+def _pack_table(f, out):
+    """codec.format.pack_explicit_table into ``out``; returns its length."""
+    lo = -1
+    hi = -1
+    for j in range(2 * WINDOW):
+        if f[SYM_WINDOW0 + j] > 0:
+            if lo < 0:
+                lo = j
+            hi = j
+    cnt = hi - lo + 1 if lo >= 0 else 0
+    lo = max(lo, 0)
+    out[0] = lo
+    out[1] = cnt
+    p = 2
+    for t in range(cnt + 2):
+        v = f[SYM_ZERO] if t == 0 else (f[SYM_ESC] if t == 1 else f[SYM_WINDOW0 + lo + t - 2])
+        if v >= 128:
+            out[p] = (v & 0x7F) | 0x80
+            out[p + 1] = v >> 7
+            p += 2
+        else:
+            out[p] = v
+            p += 1
+    return p
+
+
+@njit(cache=True)
 def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                 zero_thresholds, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
+                 zero_thresholds, explicit, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``, or ``limit`` when that is >= 0: see :func:`_code_dense`).
     ``stats``: :func:`_stats` of ``vals[:m]``.
@@ -662,14 +847,24 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     cb, ref = _select(hist, occ, k_occ, skipped_zeros, m, n_zero, n_log, s1, E, has_inf, freqs, mean_offsets,
                       code_lengths, zero_thresholds, f, cum)
     _tables(freqs, cb, ref, E, has_inf, f, cum)
+    table = np.empty(EXPLICIT_MAX_BYTES, np.uint8)
+    ntab = 0
+    if explicit:
+        fe = np.empty(N_SYMBOLS, np.int64)
+        if _choose_explicit(vals, m, hist, skipped_zeros, f, ref, code_lengths, E, M, fe):
+            cb = CB_EXPLICIT
+            ntab = _pack_table(fe, table)
+            for s in range(N_SYMBOLS):
+                f[s] = fe[s]
+                cum[s + 1] = cum[s] + f[s]
     shift = 0
     while shift < M - 1 and ((orlow >> shift) & 1) == 0:
         shift += 1
     zero_ok = f[SYM_ZERO] > 0
     sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
     narrow = _narrow(orlow, shift, M, sign)
-    return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, out, sym, wbuf, ahead,
-                       n_zero if zero_ok else 0, sign, narrow, limit)
+    return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf,
+                       ahead, n_zero if zero_ok else 0, sign, narrow, limit)
 
 
 @njit(cache=True)
@@ -914,7 +1109,8 @@ def _sparse_chunk(buf, a, b, n, itemsize, dst):
 
 
 @njit(cache=True)
-def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, best, ahead):
+def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds, explicit, best,
+                  ahead):
     """Encode one chunk into ``best`` (``n * itemsize`` bytes, the chunk's slot); return (kind, size).
 
     The payload is the smallest of the plain coded one and the zero-block candidates (the plain one on a
@@ -999,17 +1195,17 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
-                                mean_offsets, code_lengths, zero_thresholds, mode, bitmap, len(bitmap), scratch, sym,
+                                mean_offsets, code_lengths, zero_thresholds, explicit, mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
             if size <= lim:
                 cand_size = size
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
+                                 zero_thresholds, explicit, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+                                 zero_thresholds, explicit, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
         if best_size <= cand_size:
             best[:best_size] = scratch[:best_size]
         else:
@@ -1035,12 +1231,12 @@ _CLAIMED, _BACK, _COPIED = 0, 8, 16     # claim counters (``ctl``), a cache line
 
 @njit(cache=True, inline="always")
 def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-                   dst, at, ahead_lo, kinds, sizes):
+                   explicit, dst, at, ahead_lo, kinds, sizes):
     numel = len(words)
     lo = c * chunk_size
     n = min(chunk_size, numel - lo)
     kind, size = _encode_chunk(words[lo:lo + n], n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                               zero_thresholds, dst[at:at + n * itemsize],
+                               zero_thresholds, explicit, dst[at:at + n * itemsize],
                                words[ahead_lo:min(numel, ahead_lo + chunk_size)])
     kinds[c] = kind
     sizes[c] = size
@@ -1049,7 +1245,7 @@ def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
 
 @njit(cache=True, nogil=True, **kernel_options())
 def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-                   c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
+                   explicit, c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
     """Thread ``t``'s part of one window of chunks ``[c0, c1)`` (:func:`codec._threads.run` runs it on
     every thread; they end together): every chunk is
     claimed through the shared counter ``ctl[_CLAIMED]``.  Thread 0 codes from ``c0`` upwards straight
@@ -1067,7 +1263,7 @@ def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
         c = c0
         while fetch_add(ctl, _CLAIMED, 1) < n:
             at += _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, dst, at, (c + 1) * chunk_size, kinds, sizes)
+                                 zero_thresholds, explicit, dst, at, (c + 1) * chunk_size, kinds, sizes)
             c += 1
     j = fetch_add(ctl, _COPIED, 1)
     while j < len(prev_at):
@@ -1078,7 +1274,7 @@ def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
         while fetch_add(ctl, _CLAIMED, 1) < n:
             c = c1 - 1 - fetch_add(ctl, _BACK, 1)
             _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                           zero_thresholds, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
+                           zero_thresholds, explicit, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -1251,7 +1447,8 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     win = max(1, n_chunks if threads == 1 else SCRATCH_BYTES // 2 // raw)
     halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
     ctl = _counters(3)
-    consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64())
+    consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(),
+              explicit_tables(fmt.WRITE_VERSION))      # format 7's explicit tables, where it is written
     no_prev = np.empty(0, np.int64)
     prev_c0 = prev_first = 0
     prev_at = no_prev
@@ -1340,9 +1537,48 @@ _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
+def _read_table(buf, p, b, ref, E, f):
+    """Read the explicit table at ``buf[p:b]`` into ``f``; the offset after it, or -1 where it is malformed
+    (the checks of codec.format.parse_explicit_table, which then says what is wrong)."""
+    if b - p < 2:
+        return -1
+    lo = np.int64(buf[p])
+    cnt = np.int64(buf[p + 1])
+    p += 2
+    if lo + cnt > 2 * WINDOW:
+        return -1
+    for s in range(N_SYMBOLS):
+        f[s] = 0
+    total = 0
+    for t in range(cnt + 2):
+        if p >= b:
+            return -1
+        v = np.int64(buf[p])
+        p += 1
+        if v >= 0x80:
+            if p >= b:
+                return -1
+            v2 = np.int64(buf[p])
+            p += 1
+            if v2 >= 0x80 or v2 == 0:
+                return -1
+            v = (v & 0x7F) | (v2 << 7)
+        s = SYM_ZERO if t == 0 else (SYM_ESC if t == 1 else SYM_WINDOW0 + lo + t - 2)
+        f[s] = v
+        total += v
+    if total != TOTAL:
+        return -1
+    for j in range(2 * WINDOW):
+        field = ref - WINDOW_LOW + (j >> 1)
+        if f[SYM_WINDOW0 + j] > 0 and (field < 0 or field > (1 << E) - 1):
+            return -1
+    return p
+
+
+@njit(cache=True)
 def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     """Validate coded payload ``buf[a:b]`` of ``n`` values (``limits``: the stream version's highest sign
-    mode, its family's codebook count and the bitmask of its zero-block modes: :func:`_limits`); fill
+    mode, its family's codebook count, the bitmask of its zero-block modes, explicit tables: :func:`_limits`); fill
     ``prm``, the slot table ``tab``
     (TOTAL + LANES entries, then the ranked table where the rounds use it) and the states ``x``.  Return an error code (0 = ok).  Every offset later used is checked here."""
     if b - a < _HEAD:
@@ -1363,9 +1599,21 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
         return FAULT_MODE
     if shift + narrow > M - 1:
         return FAULT_SHIFT
-    if cb >= limits[1]:
+    explicit = cb == CB_EXPLICIT and limits[3] != 0
+    if cb >= limits[1] and not explicit:
         return FAULT_CODEBOOK
     p = a + _HEAD
+    f = np.empty(N_SYMBOLS, np.int64)
+    cum = np.empty(N_SYMBOLS + 1, np.int64)
+    if explicit:                        # format 7: the chunk's own table (codec.format.parse_explicit_table)
+        p = _read_table(buf, p, b, ref, E, f)
+        if p < 0:
+            return FAULT_TABLE
+        cum[0] = 0
+        for s in range(N_SYMBOLS):
+            cum[s + 1] = cum[s] + f[s]
+    else:
+        _tables(freqs, cb, ref, E, has_inf, f, cum)
     n_coded = n
     nbm = 0
     bs = 1
@@ -1390,9 +1638,6 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
         return FAULT_SIZE
-    f = np.empty(N_SYMBOLS, np.int64)
-    cum = np.empty(N_SYMBOLS + 1, np.int64)
-    _tables(freqs, cb, ref, E, has_inf, f, cum)
     # one lookup per symbol: slot -> sym | (slot - cum[sym]) << 7 | freq[sym] << 19  (7 + 12 + 13 bits)
     # = (slot << 7) + a constant per symbol, written 16 slots at a time in increasing order: a run's
     # last vector spills into the next run, which overwrites it (``tab`` has LANES spare slots)
@@ -1826,7 +2071,7 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     if errors.any():
         bad = np.flatnonzero(errors)
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])
-        if code in HEAD_FAULTS:
+        if code in HEAD_FAULTS or code == FAULT_TABLE:
             parse_chunk_head(h, mv, i)          # raises the fault with its values (the kernel has only the code)
         if code == FAULT_SPARSE:                # says what is wrong
             a, b = h.chunk_span(i)
@@ -1835,13 +2080,14 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
 
 
 def _limits(h: Header) -> np.ndarray:
-    """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes
-    (one read-only array per format version and codebook family)."""
+    """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes,
+    explicit tables or not (one read-only array per format version and codebook family)."""
     key = (h.version, h.family_version)
     lim = _LIMITS.get(key)
     if lim is None:
         lim = _LIMITS[key] = _readonly(np.array([max(sign_modes(h.version)), n_codebooks(h.family_version),
-                                                 sum(1 << m for m in zero_block_modes(h.version))], np.int64))
+                                                 sum(1 << m for m in zero_block_modes(h.version)),
+                                                 explicit_tables(h.version)], np.int64))
     return lim
 
 

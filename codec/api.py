@@ -421,8 +421,9 @@ def slice_stream(buf, first: int, last: int) -> bytes:
     b = h.chunk_span(last - 1)[1] if last > first else h.payload_start
     sizes = np.diff(h.ends[first:last], prepend=h.ends[first - 1] if first else 0)
     crcs = h.crcs[first:last] if h.checksum else None
+    # the newer of the stream's version and the encoder's: every older payload is a valid newer one
     head = fmt.pack_header(h.layout, (numel,), h.chunk_size, h.flags & ~fmt.FLAG_TORCH, h.kinds[first:last],
-                           sizes, crcs)
+                           sizes, crcs, version=max(h.version, fmt.FORMAT_VERSION))
     return head + bytes(memoryview(buf).cast("B")[a:b])
 
 

@@ -269,7 +269,12 @@ def clip_to_dtype(freqs: np.ndarray, ref: int, exp_bits: int, has_inf: bool = Tr
 @functools.lru_cache(maxsize=4096)
 def chunk_tables(cb: int, ref: int, exp_bits: int, has_inf: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(freq, cum, slot_symbol)`` of codebook ``cb`` clipped to a dtype's exponent range at ``ref``."""
-    f = clip_to_dtype(load_family().freqs[cb], ref, exp_bits, has_inf).astype(np.uint32)
+    return frequency_tables(clip_to_dtype(load_family().freqs[cb], ref, exp_bits, has_inf))
+
+
+def frequency_tables(freq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(freq, cum, slot_symbol)`` (read-only) of the frequencies ``freq`` (N_SYMBOLS, summing to TOTAL)."""
+    f = np.asarray(freq).astype(np.uint32)
     cum = np.zeros(N_SYMBOLS + 1, dtype=np.uint32)
     np.cumsum(f, out=cum[1:])
     slots = np.repeat(np.arange(N_SYMBOLS, dtype=np.uint8), f)
@@ -352,6 +357,98 @@ def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, hist: np.ndarra
             if best is None or length < best[0]:
                 best = (length, cb, r)
     return best[1], best[2]
+
+
+# ---------------------------------------------------------------------- explicit tables (format 7)
+#: an explicit table is looked for only where the sample says it saves at least this many times its size
+EXPLICIT_GATE = 2
+_BYTE_LENGTH = 8 << LENGTH_FRAC_BITS       # a byte of table, in the code lengths' fixed point
+
+
+def explicit_counts(hist: np.ndarray, ref: int, skipped_zeros: int = 0) -> np.ndarray:
+    """Symbol counts (N_SYMBOLS, int64) of the values whose :func:`sample_histogram`-layout histogram is
+    ``hist`` (less ``skipped_zeros`` +0 of skipped zero blocks), coded against an explicit table at
+    ``ref``: +0 -> ZERO, a field inside the window -> its window symbol, else ESC."""
+    h = np.asarray(hist, dtype=np.int64)
+    c = np.zeros(N_SYMBOLS, dtype=np.int64)
+    c[SYM_ZERO] = h[-1] - skipped_zeros
+    b = np.arange(len(h) - 1)
+    j = (b >> 1) - ref + WINDOW_LOW
+    inside = (j >= 0) & (j < WINDOW)
+    np.add.at(c, np.where(inside, SYM_WINDOW0 + 2 * np.clip(j, 0, WINDOW - 1) + (b & 1), SYM_ESC), h[:-1])
+    return c
+
+
+def explicit_frequencies(counts: np.ndarray, code_lengths: np.ndarray) -> np.ndarray:
+    """The explicit table of symbol ``counts`` (not all 0): frequencies summing to TOTAL, each used symbol
+    at least 1.  Integers only, so every backend quantises alike: ``f = max(1, c * TOTAL // n)``, then,
+    while the sum is short, +1 where ``c * (L[f] - L[f + 1])`` is largest (the first such symbol), while
+    it is over, -1 (from ``f > 1``) where ``c * (L[f - 1] - L[f])`` is smallest (``L``: code_lengths)."""
+    c = np.asarray(counts, dtype=np.int64)
+    cl = np.asarray(code_lengths, dtype=np.int64)
+    f = np.where(c > 0, np.maximum(c * TOTAL // int(c.sum()), 1), 0)
+    used = c > 0
+    while int(f.sum()) < TOTAL:
+        f[int(np.argmax(np.where(used, c * (cl[f] - cl[np.minimum(f + 1, TOTAL)]), -1)))] += 1
+    while int(f.sum()) > TOTAL:
+        big = f > 1
+        f[int(np.argmin(np.where(big, c * (cl[np.maximum(f - 1, 1)] - cl[f]), np.iinfo(np.int64).max)))] -= 1
+    return f
+
+
+def explicit_table_nbytes(f: np.ndarray) -> int:
+    """Bytes of the explicit table of frequencies ``f`` (codec.format: u8 lo, u8 count, varints)."""
+    f = np.asarray(f, dtype=np.int64)
+    used = np.flatnonzero(f[SYM_WINDOW0:])
+    listed = np.concatenate([f[:SYM_WINDOW0], f[SYM_WINDOW0 + used[0]:SYM_WINDOW0 + used[-1] + 1] if len(used) else []])
+    return 2 + int((1 + (listed >= 1 << 7)).sum())
+
+
+def explicit_length(counts: np.ndarray, f: np.ndarray, code_lengths: np.ndarray) -> int:
+    """Bits (Q8) of values with symbol ``counts`` under the explicit table ``f``: each symbol its code
+    length, an escape ESC_LENGTH more, and the table's bytes."""
+    c = np.asarray(counts, dtype=np.int64)
+    f = np.asarray(f, dtype=np.int64)
+    cl = np.asarray(code_lengths, dtype=np.int64)
+    return (int((c * cl[f]).sum()) + int(c[SYM_ESC]) * ESC_LENGTH
+            + explicit_table_nbytes(f) * _BYTE_LENGTH)
+
+
+def fitted_length(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, man_bits: int,
+                  skipped_zeros: int = 0) -> int:
+    """Bits (Q8) of the values of ``hist`` (less ``skipped_zeros`` +0) under the fitted table ``freq``:
+    :func:`sample_length`, and, where the table has no ZERO symbol, the plane's ``man_bits`` bits of each +0
+    (which an explicit table codes as ZERO)."""
+    h = np.asarray(hist, dtype=np.int64).copy()
+    h[-1] -= skipped_zeros
+    extra = int(h[-1]) * man_bits << LENGTH_FRAC_BITS if freq[SYM_ZERO] == 0 else 0
+    return sample_length(h, freq, ref, code_lengths) + extra
+
+
+def explicit_may_pay(sample: np.ndarray, freq: np.ndarray, ref: int, n: int, code_lengths: np.ndarray,
+                     man_bits: int, skipped_zeros: int = 0) -> bool:
+    """The gate before a chunk's full histogram: whether an explicit table quantised from the fit's
+    ``sample`` (less ``skipped_zeros`` sampled +0) saves, scaled from the sample's values to the ``n``
+    coded ones, more than EXPLICIT_GATE times its bytes against the fitted table ``freq``."""
+    c = explicit_counts(sample, ref, skipped_zeros)
+    ns = int(c.sum())
+    if ns == 0:
+        return False
+    f = explicit_frequencies(c, code_lengths)
+    tb = explicit_table_nbytes(f) * _BYTE_LENGTH
+    saved = fitted_length(sample, freq, ref, code_lengths, man_bits, skipped_zeros) - (explicit_length(c, f, code_lengths) - tb)
+    return saved * n > EXPLICIT_GATE * tb * ns
+
+
+def explicit_pays(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, man_bits: int,
+                  skipped_zeros: int = 0):
+    """The explicit table for the values of the full ``hist`` (less ``skipped_zeros`` +0) where its
+    estimated size, table included, is below the fitted table ``freq``'s; else None."""
+    c = explicit_counts(hist, ref, skipped_zeros)
+    f = explicit_frequencies(c, code_lengths)
+    if explicit_length(c, f, code_lengths) < fitted_length(hist, freq, ref, code_lengths, man_bits, skipped_zeros):
+        return f
+    return None
 
 
 def top_ref(hist: np.ndarray) -> int:

@@ -1,4 +1,4 @@
-"""The zipccl stream format, versions 1 to 6: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 7: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
@@ -31,6 +31,7 @@ Chunk payloads by kind (``n`` = values in the chunk, ``w`` = itemsize)::
                 the remaining bits little-endian; padding bits 0).  The payload ends exactly there.
     KIND_CODED  u16 codebook id | i16 ref exponent | u8 shift | u8 mode | u8 sign | u8 narrow
                 | u32 n_sm | u32 n_esc | u32 n_words                                  (20 bytes)
+                | codebook CB_EXPLICIT (version 7): the chunk's own frequency table (below "Explicit table")
                 | mode 0: nothing; mode m in zero_block_modes(version): a bitmap of ceil(n / 2^m) bits
                   (packed little-endian), bit set = that block of 2^m values is all +0 and is
                   not coded; the n_coded values of the other blocks are coded below
@@ -90,6 +91,26 @@ payloads (plain, then zero-block modes, as in version 5), SPARSE (``sparse_nbyte
 length of the OR of the chunk's words) and RAW, where CODED wins a tie with SPARSE and RAW wins a
 tie with either.  Chunks of other kinds and coded payloads are version 5's byte for byte.
 
+Version 7 added explicit tables: a coded chunk whose codebook id is CB_EXPLICIT carries its own rANS
+frequencies right after its head (before its zero-block bitmap), for chunks that no table of the
+analytic family fits (gradients and optimizer moments whose magnitudes are not one of its shapes,
+scales that change inside a chunk: ``bench/results/format_v7_explicit_study.md`` has the
+measurements).  Explicit table::
+
+    u8 lo | u8 count              the window symbols SYM_WINDOW0 + lo .. SYM_WINDOW0 + lo + count - 1
+                                  (lo + count <= 2 * WINDOW)
+    varint f_ZERO | varint f_ESC | count varints: the frequency of each of those window symbols
+
+(varints as the compact head's: LEB128, shortest form.)  Every other symbol has frequency 0; the
+frequencies sum to TOTAL (codebook.PROB_BITS); a window symbol with a non-zero frequency names an
+exponent field of the dtype (``0 <= ref - WINDOW_LOW + j <= 2^E - 1``), so that decoded symbols are
+as the analytic tables' are after clipping.  Its encoders (every backend) choose per coded payload
+(plain or with a zero-block bitmap), after the version-6 fit: where the fit's sample says an explicit
+table may pay (:func:`codec.codebook.explicit_may_pay`), the histogram of every coded value at the
+fit's ``ref`` is quantised (:func:`codec.codebook.explicit_frequencies`, integers only) and kept where
+its estimated size, table included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).
+Everything else is version 6's, byte for byte.
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
 (:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
@@ -108,14 +129,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codebook import FAMILY_VERSION, n_codebooks
+from .codebook import FAMILY_VERSION, N_SYMBOLS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, n_codebooks
 from .layouts import FloatLayout, layout_by_code, pack_bits, packed_nbytes, unpack_bits
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 6                   # what the encoder writes
-READ_VERSIONS = (1, 2, 3, 4, 5, 6)   # what the decoders read
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2}   # the codebook family each format version's streams use
+FORMAT_VERSION = 6                   # what the encoders write by default (the golden streams' newest version)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # what the decoders read
+#: what the encoders write: FORMAT_VERSION, or 7 while version 7 is being brought to every backend (the
+#: reference and numba write it; tests and ``bench.ratio --format 7`` set this)
+WRITE_VERSION = FORMAT_VERSION
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2}   # the codebook family each format version's streams use
+CB_EXPLICIT = 0xFFFF                 # version 7: a coded chunk's own frequency table follows its head
+EXPLICIT_MAX_BYTES = 2 + 2 * 2 + 80 * 2   # u8 lo, u8 count, 2 + 80 varints of at most 2 bytes (f <= TOTAL < 2^14)
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
@@ -156,6 +182,7 @@ FAULT_SHORT, FAULT_MODE, FAULT_SHIFT, FAULT_CODEBOOK, FAULT_BITMAP, FAULT_EMPTY,
 FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SYMBOLS, FAULT_EXPONENT = range(9, 13)
 FAULT_PAYLOAD = 13          # the device decoders' verdict: one of 9-12, not told apart
 FAULT_SPARSE = 14           # a sparse chunk's payload (version 6); parse_sparse says which part
+FAULT_TABLE = 15            # an explicit frequency table (version 7); parse_explicit_table says which part
 CHUNK_FAULTS = {
     FAULT_SHORT: "coded payload of {size} bytes is shorter than its header",
     FAULT_MODE: "unknown mode {mode} / sign mode {sign} with narrow {narrow}",
@@ -171,6 +198,7 @@ CHUNK_FAULTS = {
     FAULT_EXPONENT: "exponent field out of range for {dtype}",
     FAULT_PAYLOAD: "coded payload inconsistent (rANS stream or counts)",
     FAULT_SPARSE: "sparse payload malformed: {what}",
+    FAULT_TABLE: "explicit frequency table malformed: {what}",
 }
 HEAD_FAULTS = range(FAULT_SHORT, FAULT_SIZE + 1)
 
@@ -214,6 +242,59 @@ def head_mode_ok(version: int, mode: int, sign: int, narrow: int) -> bool:
 def max_kind(version: int) -> int:
     """The highest chunk kind a version-``version`` stream may hold."""
     return KIND_SPARSE if version >= 6 else KIND_CONST
+
+
+def explicit_tables(version: int) -> bool:
+    """Whether a version-``version`` stream's coded chunks may carry explicit tables (CB_EXPLICIT)."""
+    return version >= 7
+
+
+def pack_explicit_table(f) -> bytes:
+    """The explicit table of the frequencies ``f`` (N_SYMBOLS of them, summing to TOTAL): the window
+    symbols from the first to the last with a non-zero frequency."""
+    f = [int(v) for v in f]
+    used = [j for j in range(2 * WINDOW) if f[SYM_WINDOW0 + j]]
+    lo, count = (used[0], used[-1] - used[0] + 1) if used else (0, 0)
+    return bytes([lo, count]) + b"".join(_varint(v) for v in [f[SYM_ZERO], f[SYM_ESC]]
+                                         + f[SYM_WINDOW0 + lo:SYM_WINDOW0 + lo + count])
+
+
+def parse_explicit_table(mv, pos: int, end: int, ref: int, lay: FloatLayout, i: int = 0):
+    """``(frequencies, next offset)`` of the explicit table at ``mv[pos:end]`` of chunk ``i`` (whose head
+    says ``ref``); raises :class:`FormatError` (FAULT_TABLE) naming what is wrong."""
+    def bad(what):
+        return chunk_fault(i, FAULT_TABLE, what=what)
+    if end - pos < 2:
+        raise bad("payload ends inside its symbol range")
+    lo, count = int(mv[pos]), int(mv[pos + 1])
+    pos += 2
+    if lo + count > 2 * WINDOW:
+        raise bad(f"window symbols {lo}..{lo + count - 1} outside 0..{2 * WINDOW - 1}")
+    f = np.zeros(N_SYMBOLS, dtype=np.int64)
+    targets = [SYM_ZERO, SYM_ESC] + list(range(SYM_WINDOW0 + lo, SYM_WINDOW0 + lo + count))
+    for s in targets:
+        v, shift = 0, 0
+        while True:
+            if pos >= end:
+                raise bad("payload ends inside its frequencies")
+            b = int(mv[pos])
+            pos += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                if b == 0 and shift > 7:
+                    raise bad("a frequency is not in its shortest form")
+                break
+            if shift >= 14:
+                raise bad(f"a frequency is longer than 2 bytes")
+        f[s] = v
+    if int(f.sum()) != TOTAL:
+        raise bad(f"frequencies sum to {int(f.sum())}, not {TOTAL}")
+    fields = ref - WINDOW_LOW + (np.arange(2 * WINDOW) >> 1)
+    outside = (f[SYM_WINDOW0:] > 0) & ((fields < 0) | (fields > (1 << lay.exp_bits) - 1))
+    if outside.any():
+        raise bad(f"exponent field {int(fields[np.flatnonzero(outside)[0]])} outside {lay.name}'s")
+    return f, pos
 
 
 def _varint_nbytes(v):
@@ -337,6 +418,7 @@ class ChunkHead:
     zero_blocks: np.ndarray | None    # (ceil(n / 2^mode),) bool, with a bitmap
     states: int                       # offset of the rANS states
     words: int                        # offset of the rANS words
+    table: np.ndarray | None = None   # (N_SYMBOLS,) int64 frequencies of an explicit table (version 7)
 
 
 def crc32c(data, value: int = 0) -> int:
@@ -423,22 +505,25 @@ def _compact_table(kinds, sizes) -> bytes:
 
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
-                family_version: int = FAMILY_VERSION, *, compact: bool | None = None) -> bytes:
+                family_version: int = FAMILY_VERSION, *, compact: bool | None = None,
+                version: int | None = None) -> bytes:
     """Header and chunk table for payloads of the given ``sizes``: the compact head (FLAG_COMPACT) where
     there are at most COMPACT_MAX_CHUNKS chunks and it is shorter, else the fixed-width one (never
     longer than :func:`header_nbytes`).  ``compact``: True / False asks for that layout (for tests;
-    True only where a compact head can describe the chunks)."""
+    True only where a compact head can describe the chunks).  ``version``: the format version it names
+    (default WRITE_VERSION, what the encoders write)."""
+    version = WRITE_VERSION if version is None else version
     shape = tuple(int(s) for s in shape)
     flags &= ~FLAG_COMPACT
     n_chunks = len(kinds)
     parts = None
     if n_chunks <= COMPACT_MAX_CHUNKS and compact is not False:
-        short = [MAGIC + bytes([FORMAT_VERSION, lay.code, flags | FLAG_COMPACT, len(shape)]),
+        short = [MAGIC + bytes([version, lay.code, flags | FLAG_COMPACT, len(shape)]),
                  _varint(chunk_size), b"".join(_varint(d) for d in shape), _compact_table(kinds, sizes)]
         if compact or sum(map(len, short)) < header_nbytes(len(shape), n_chunks, False):
             parts = short
     if parts is None:
-        parts = [STREAM_HEAD.pack(magic=MAGIC, version=FORMAT_VERSION, dtype=lay.code, flags=flags, ndim=len(shape),
+        parts = [STREAM_HEAD.pack(magic=MAGIC, version=version, dtype=lay.code, flags=flags, ndim=len(shape),
                                   chunk_size=chunk_size, family=family_version, reserved=0),
                  struct.pack(f"<{len(shape)}Q", *shape),
                  np.asarray(kinds, dtype=np.uint8).tobytes(),
@@ -668,7 +753,8 @@ def chunk_head_extent(h: Header, i):
     i = np.asarray(i, dtype=np.int64)
     size = h.ends[i] - np.where(i > 0, h.ends[np.maximum(i - 1, 0)], 0)
     n = np.minimum(h.chunk_size, h.numel - i * h.chunk_size)
-    extent = np.minimum(size, CHUNK_HEAD.size + (-(-n // (1 << min(ZERO_BLOCK_MODES))) + 7) // 8)
+    table = EXPLICIT_MAX_BYTES if explicit_tables(h.version) else 0
+    extent = np.minimum(size, CHUNK_HEAD.size + table + (-(-n // (1 << min(ZERO_BLOCK_MODES))) + 7) // 8)
     return int(extent) if extent.ndim == 0 else extent
 
 
@@ -693,10 +779,16 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
         raise chunk_fault(i, FAULT_MODE, mode=mode, sign=hd.sign, narrow=hd.narrow)
     if shift + hd.narrow > h.layout.man_bits - 1:
         raise chunk_fault(i, FAULT_SHIFT, shift=shift, narrow=hd.narrow, low=h.layout.man_bits - 1)
-    if cb >= n_codebooks(h.family_version):
+    explicit = cb == CB_EXPLICIT and explicit_tables(h.version)
+    if cb >= n_codebooks(h.family_version) and not explicit:
         raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=h.family_version,
                           last=n_codebooks(h.family_version) - 1)
     pos = a + CHUNK_HEAD.size
+    table = None
+    if explicit:
+        table, pos = parse_explicit_table(mv, pos - shift_at, min(b - shift_at, len(mv)), ref,
+                                          h.layout, i)
+        pos += shift_at
     zero_blocks, n_coded = None, n
     if mode:
         nb = -(-n // (1 << mode))
@@ -716,7 +808,7 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
     if pos + tail != b:
         raise chunk_fault(i, FAULT_SIZE, size=b - a, implied=pos + tail - a)
     return ChunkHead(cb, ref, shift, mode, hd.sign, hd.narrow, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
-                     pos + 4 * lanes(n_coded))
+                     pos + 4 * lanes(n_coded), table)
 
 
 def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> dict:
@@ -753,8 +845,21 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
                | ((narrow != 0) & (sign == SIGN_STORED))),
          FAULT_MODE)
     fail(ok & (shift + narrow > h.layout.man_bits - 1), FAULT_SHIFT)
-    fail(ok & (codebook >= n_codebooks(h.family_version)), FAULT_CODEBOOK)
+    explicit = (codebook == CB_EXPLICIT) & explicit_tables(h.version)
+    fail(ok & (codebook >= n_codebooks(h.family_version)) & ~explicit, FAULT_CODEBOOK)
     pos = a + CHUNK_HEAD.size
+    tables = [None] * m
+    table_errors = {}
+    for j in np.flatnonzero((fault == 0) & explicit):
+        extent = min(int(b[j] - a[j]), chunk_head_extent(h, int(ids[j])))
+        try:
+            tables[j], end = parse_explicit_table(prefixes, int(at[j]) + CHUNK_HEAD.size, int(at[j]) + extent,
+                                                  int(rows["ref"][j]), h.layout, int(ids[j]))
+        except FormatError as e:
+            fault[j] = FAULT_TABLE
+            table_errors[j] = e
+            continue
+        pos[j] += end - int(at[j]) - CHUNK_HEAD.size
     n_coded = n.copy()
     zero_blocks = [None] * m
     for j in np.flatnonzero((fault == 0) & (mode != 0)):
@@ -762,7 +867,7 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
         if b[j] - pos[j] < (nb + 7) // 8:
             fault[j] = FAULT_BITMAP
             continue
-        start = at[j] + CHUNK_HEAD.size
+        start = at[j] + (pos[j] - a[j])
         bits = np.unpackbits(prefixes[start:start + (nb + 7) // 8], count=nb, bitorder="little").astype(bool)
         zero_blocks[j] = bits
         pos[j] += (nb + 7) // 8
@@ -778,6 +883,8 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     bad = np.flatnonzero(fault)
     if len(bad):
         j = bad[np.argmin(ids[bad])]
+        if j in table_errors:
+            raise table_errors[j]
         raise chunk_fault(int(ids[j]), int(fault[j]), size=int(b[j] - a[j]), mode=int(mode[j]),
                           narrow=int(narrow[j]), sign=int(sign[j]), shift=int(shift[j]), low=h.layout.man_bits - 1,
                           codebook=int(codebook[j]), family=h.family_version,
@@ -786,4 +893,4 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
                           n_coded=int(n_coded[j]), implied=int(pos[j] + tail[j] - a[j]))
     return {"codebook": codebook, "ref": rows["ref"].astype(np.int64), "shift": shift,
             "mode": mode, "sign": sign, "narrow": narrow, "n_sm": n_sm, "n_esc": n_esc, "n_words": n_words, "n_coded": n_coded,
-            "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k}
+            "zero_blocks": zero_blocks, "states": pos, "words": pos + 4 * k, "lanes": k, "tables": tables}

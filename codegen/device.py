@@ -202,8 +202,18 @@ def _host_heads(h, buf, ids, out_at, dev):
     t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=dev)  # noqa: E731
     prefixes, at = _chunk_prefixes(h, buf, ids)
     hd = fmt.parse_chunk_heads(h, ids, prefixes, at)
-    keys, tab = np.unique(hd["codebook"] * 65536 + (hd["ref"] + 32768), return_inverse=True)
-    tables, his = decode_tables(t(keys // 65536), t(keys % 65536 - 32768), lay)
+    # a table row per (codebook, ref), and one per chunk with an explicit table (format 7; keys below 0)
+    explicit = np.array([tb is not None for tb in hd["tables"]], dtype=bool)
+    keys, tab = np.unique(np.where(explicit, -1 - np.arange(len(ids)), hd["codebook"] * 65536 + (hd["ref"] + 32768)),
+                          return_inverse=True)
+    rows = np.maximum(keys, 0)
+    cb, ref = rows // 65536, np.where(keys < 0, hd["ref"][np.maximum(-1 - keys, 0)], rows % 65536 - 32768)
+    own = keys < 0
+    cb[own] = 0
+    freq = clipped_tables(t(cb), t(ref), lay)[0]
+    if own.any():
+        freq[t(np.flatnonzero(own))] = t(np.stack([hd["tables"][-1 - k] for k in keys[own]]))
+    tables, his = decode_tables(t(cb), t(ref), lay, freq=freq)
     nzb, nzb_at = [], np.zeros(len(ids), dtype=np.int64)
     for j in np.flatnonzero(hd["mode"]):
         nzb_at[j] = len(nzb)
@@ -296,12 +306,14 @@ def _device_heads(h, buf_t, ids, out_at):
     return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
 
 
-def decode_tables(cb, ref, lay):
-    """The decoders' tables for each ``(codebook, ref)`` row, as tensor ops (the device's copy of
-    ``_tables``): slot -> ``sym | (slot - cum) << 8 | freq << 20`` and symbol -> exponent/leading bit."""
+def decode_tables(cb, ref, lay, freq=None):
+    """The decoders' tables for each ``(codebook, ref)`` row (or, given, of the clipped frequencies ``freq``
+    ``(R, N_SYMBOLS)``: an explicit table's), as tensor ops (the device's copy of ``_tables``): slot -> ``sym | (slot - cum) << 8 | freq << 20`` and symbol -> exponent/leading bit."""
     import torch
 
-    freq, cum = clipped_tables(cb, ref, lay)
+    if freq is None:
+        freq = clipped_tables(cb, ref, lay)[0]
+    cum = torch.cumsum(freq, dim=1) - freq
     slot = torch.arange(cbk.TOTAL, device=cb.device).expand(len(cb), -1).contiguous()
     sym = torch.searchsorted(torch.cumsum(freq, dim=1), slot, right=True)
     entries = sym | ((slot - cum.gather(1, sym)) << 8) | (freq.gather(1, sym) << 20)

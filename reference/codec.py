@@ -24,13 +24,18 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
    ``n * itemsize`` bytes, the chunk is RAW.
 6. (format 6) the chunk's non-zero words and their positions (SPARSE), where that is smaller than
    the coded payload and than the raw chunk.
+7. (format 7) in step 3, where the sample says the chunk's own table may pay, the histogram of every
+   coded value; its quantised table replaces the fitted one where it is estimated smaller, table
+   included (codec.codebook.explicit_may_pay / explicit_pays), and follows the chunk head.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from codec import format as fmt
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
-                            load_family, sample_histogram, sample_step, select_codebook)
+                            explicit_may_pay, explicit_pays, frequency_tables, load_family, sample_histogram,
+                            sample_step, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE, RANS_L, SIGN_NEGATIVE,
                           SIGN_POSITIVE, SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, pack_sparse,
                           parse_chunk_head, parse_sparse, plane_width, sparse_nbytes)
@@ -221,6 +226,17 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, mode: int 
     heads = [select_codebook(n, int(z), int(nl), int(s1), hist, lay.exp_bits, lay.has_inf, fam)
              for hist, z, nl, s1 in stats]
     tables = [chunk_tables(cb, ref, lay.exp_bits, lay.has_inf) for cb, ref in heads]
+    explicit = [b""] * len(heads)
+    if fmt.explicit_tables(fmt.WRITE_VERSION):       # format 7: the chunk's own table where it pays
+        for j, ((cb, ref), hist) in enumerate(zip(heads, hists)):
+            if not explicit_may_pay(hist, tables[j][0], ref, n, fam.code_lengths, M):
+                continue
+            full = sample_histogram(sub[j], lay.exp_bits, M, 1)
+            f = explicit_pays(full, tables[j][0], ref, fam.code_lengths, M)
+            if f is not None:
+                heads[j] = (fmt.CB_EXPLICIT, ref)
+                tables[j] = frequency_tables(f)
+                explicit[j] = fmt.pack_explicit_table(f)
     sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)
     cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
@@ -239,7 +255,7 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, mode: int 
         esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
         out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, sign=mode_s, narrow=narrow,
                                              n_sm=int(keep.sum()), n_esc=len(esc), n_words=len(words[j])),
-                             bitmaps[j] if mode else b"",
+                             explicit[j], bitmaps[j] if mode else b"",
                              states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
                              pack_bits(residual, plane_width(M, shift, mode_s, narrow)), esc.astype("<u2").tobytes()]))
     return out
@@ -294,7 +310,8 @@ def _decode_group(h, mv, items, n, out, base):
     for j, (i, hd) in enumerate(items):
         states[j] = mv[hd.states:hd.states + 4 * k].view("<u4")
         words.append(mv[hd.words:hd.words + 2 * hd.n_words].view("<u2"))
-    tables = [chunk_tables(hd.codebook, hd.ref, lay.exp_bits, lay.has_inf) for _, hd in items]
+    tables = [chunk_tables(hd.codebook, hd.ref, lay.exp_bits, lay.has_inf) if hd.table is None
+              else frequency_tables(hd.table) for _, hd in items]
     sym = rans_decode(states, words, n, tables, [i for i, _ in items])
     top = (1 << lay.exp_bits) - 1
     for j, (i, hd) in enumerate(items):
