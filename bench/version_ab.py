@@ -21,8 +21,11 @@ import tempfile
 from pathlib import Path
 
 _CHILD = r"""
-import json, time, numpy as np, ml_dtypes, codec
+import json, os, time, numpy as np, ml_dtypes, codec
 codec.set_num_threads(1)
+if os.environ.get("ZIPCCL_AB_FORMAT"):                  # the format this side writes (--format-old/--format-new)
+    import codec.format
+    codec.format.WRITE_VERSION = int(os.environ["ZIPCCL_AB_FORMAT"])
 rng = np.random.default_rng(0)
 out = {}
 inputs = []
@@ -54,6 +57,11 @@ try:
     grads = build_corpus_f32()
     inputs.append(("bf16 MiniLM gradients", np.concatenate(
         [v.ravel() for k, v in grads.items() if tensor_class(k) == "gradients"]).astype(ml_dtypes.bfloat16)))
+    # AdamW's moments after real steps, flattened (a sharded optimizer state): the tensors format 7's
+    # explicit tables are for
+    for moment in ("exp_avg", "exp_avg_sq"):
+        inputs.append((f"bf16 MiniLM {moment}", np.concatenate(
+            [v.ravel() for k, v in grads.items() if k.startswith(f"optimizer/{moment}.")]).astype(ml_dtypes.bfloat16)))
 except Exception:                                        # no corpus here: the synthetic inputs only
     pass
 for name, x in inputs:
@@ -70,8 +78,10 @@ print(json.dumps(out))
 """
 
 
-def _run(checkout: Path, cache: str) -> dict:
+def _run(checkout: Path, cache: str, fmt: int | None = None) -> dict:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache, "ZIPCCL_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if fmt is not None:
+        env["ZIPCCL_AB_FORMAT"] = str(fmt)
     res = subprocess.run([sys.executable, "-c", _CHILD], cwd=checkout, env=env, capture_output=True, text=True,
                          check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -83,19 +93,24 @@ def main(argv=None) -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    ap.add_argument("--format-old", type=int, default=None, help="the format OLD writes (default: its encoder's)")
+    ap.add_argument("--format-new", type=int, default=None,
+                    help="the format NEW writes (e.g. `. . --format-old 6 --format-new 7`: one checkout, two formats)")
     args = ap.parse_args(argv)
+    fmts = {"old": args.format_old, "new": args.format_new}
     from bench.speed import _cpu_model
 
     caches = {k: tempfile.mkdtemp(prefix=f"zipccl-ab-{k}-") for k in ("old", "new")}
     for k in ("old", "new"):                     # compile both before timing anything
-        _run(getattr(args, k), caches[k])
+        _run(getattr(args, k), caches[k], fmts[k])
     rounds = []
     for r in range(args.rounds):
         order = ("old", "new") if r % 2 == 0 else ("new", "old")
-        got = {k: _run(getattr(args, k), caches[k]) for k in order}
+        got = {k: _run(getattr(args, k), caches[k], fmts[k]) for k in order}
         rounds.append(got)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    lines = [f"CPU: {_cpu_model()}; one codec thread; NEW = {args.new}, OLD = {args.old}; {args.rounds} rounds of "
+    written = "".join(f", {k.upper()} writes format {v}" for k, v in fmts.items() if v is not None)
+    lines = [f"CPU: {_cpu_model()}; one codec thread; NEW = {args.new}, OLD = {args.old}{written}; {args.rounds} rounds of "
              "fresh processes, alternating (order flipped every round); MB/s are the medians, best of 5 encodes / "
              "9 decodes (into a reused buffer) per process.", "",
              "| input | ratio old | ratio new | encode old | encode new | new/old per round | median | "

@@ -19,7 +19,7 @@ from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from . import format as fmt
-from .codebook import (ESC_LENGTH, EXPLICIT_GATE, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
+from .codebook import (ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
                        SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS,
                        load_family, n_codebooks)
 from .format import (CB_EXPLICIT, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
@@ -653,24 +653,37 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
 
 @njit(cache=True)
 def _full_hist(vals, m, E, M):
-    """codec.codebook.sample_histogram of every one of ``vals[:m]`` (step 1), two interleaved partial
-    histograms as in :func:`_sample_hist`."""
+    """codec.codebook.sample_histogram of ``vals[:m:EXPLICIT_STEP]``: the bins are the words' bits
+    ``field << 1 | leading bit`` (+0 counted in bin 0, then moved to the last), in four interleaved
+    partial histograms (a run of equal bins does not wait on its increments)."""
     nb = (2 << E) + 1
-    emask = (1 << E) - 1
-    part = np.zeros((2, nb), np.int32)
+    mask = (2 << E) - 1
+    sh = M - 1
+    st = EXPLICIT_STEP
+    part = np.zeros((4, nb), np.int32)
+    zeros = 0
     i = 0
-    while i + 1 < m:
+    while i + 4 * st <= m:
         v0 = np.int64(vals[i])
-        v1 = np.int64(vals[i + 1])
-        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
-        part[1, 2 * ((v1 >> M) & emask) + ((v1 >> (M - 1)) & 1) + (v1 == 0) * (nb - 1)] += 1
-        i += 2
-    if i < m:
+        v1 = np.int64(vals[i + st])
+        v2 = np.int64(vals[i + 2 * st])
+        v3 = np.int64(vals[i + 3 * st])
+        part[0, (v0 >> sh) & mask] += 1
+        part[1, (v1 >> sh) & mask] += 1
+        part[2, (v2 >> sh) & mask] += 1
+        part[3, (v3 >> sh) & mask] += 1
+        zeros += (v0 == 0) + (v1 == 0) + (v2 == 0) + (v3 == 0)
+        i += 4 * st
+    while i < m:
         v0 = np.int64(vals[i])
-        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+        part[0, (v0 >> sh) & mask] += 1
+        zeros += v0 == 0
+        i += st
     hist = np.empty(nb, np.int64)
-    for b in range(nb):
-        hist[b] = np.int64(part[0, b]) + part[1, b]
+    for b in range(nb - 1):
+        hist[b] = np.int64(part[0, b]) + part[1, b] + part[2, b] + part[3, b]
+    hist[0] -= zeros
+    hist[nb - 1] = zeros
     return hist
 
 
@@ -709,6 +722,7 @@ def _explicit_counts(hist, skipped, ref, c):
     for s in range(N_SYMBOLS):
         c[s] = 0
     c[SYM_ZERO] = hist[nb - 1] - skipped
+    c[SYM_ESC] = EXPLICIT_STEP > 1
     for b in range(nb - 1):
         j = (b >> 1) - ref + WINDOW_LOW
         if 0 <= j < WINDOW:
@@ -781,10 +795,12 @@ _TABLE_BYTE = 8 << LENGTH_FRAC_BITS
 
 
 @njit(cache=True)
-def _choose_explicit(vals, m, hist, skipped, f, ref, code_lengths, E, M, fe):
-    """Format 7: the explicit table ``fe`` for the ``m`` coded values ``vals`` where it pays against the
-    fitted ``f`` (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
-    explicit_pays on every value); returns whether it does."""
+def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, f, ref, code_lengths, M, fe):
+    """Format 7: the explicit table ``fe`` for ``m`` coded values where it pays against the fitted ``f``
+    (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
+    explicit_pays on ``full``, the histogram of every EXPLICIT_STEP-th of the chunk's ``n`` values ``w``, less
+    ``full_skipped`` +0 of skipped zero blocks: made once per chunk, when a candidate's gate first opens
+    (``full_state[0]``), and shared by the chunk's candidates); returns whether it does."""
     c = np.empty(N_SYMBOLS, np.int64)
     _explicit_counts(hist, skipped, ref, c)
     ns = 0
@@ -792,16 +808,20 @@ def _choose_explicit(vals, m, hist, skipped, f, ref, code_lengths, E, M, fe):
         ns += c[s]
     if ns == 0:
         return False
-    _explicit_frequencies(c, code_lengths, fe)
+    for s in range(N_SYMBOLS):
+        fe[s] = max(c[s] * TOTAL // ns, 1) if c[s] > 0 else 0
     tb = _explicit_nbytes(fe) * _TABLE_BYTE
     saved = _fitted_length(hist, skipped, f, ref, code_lengths, M) - _explicit_symbol_length(c, fe, code_lengths)
     if saved * m <= EXPLICIT_GATE * tb * ns:
         return False
-    full = _full_hist(vals, m, E, M)
-    _explicit_counts(full, 0, ref, c)
+    if full_state[0] == 0:
+        full[:] = _full_hist(w, n, E, M)
+        full_state[0] = 1
+    _explicit_counts(full, full_skipped, ref, c)
     _explicit_frequencies(c, code_lengths, fe)
-    return (_explicit_symbol_length(c, fe, code_lengths) + _explicit_nbytes(fe) * _TABLE_BYTE
-            < _fitted_length(full, 0, f, ref, code_lengths, M))
+    tb = _explicit_nbytes(fe) * _TABLE_BYTE
+    return (EXPLICIT_STEP * _explicit_symbol_length(c, fe, code_lengths) + tb
+            < EXPLICIT_STEP * _fitted_length(full, full_skipped, f, ref, code_lengths, M))
 
 
 @njit(cache=True)
@@ -833,7 +853,7 @@ def _pack_table(f, out):
 
 @njit(cache=True)
 def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                 zero_thresholds, explicit, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
+                 zero_thresholds, explicit, w_all, n_all, full, full_state, full_skipped, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``, or ``limit`` when that is >= 0: see :func:`_code_dense`).
     ``stats``: :func:`_stats` of ``vals[:m]``.
@@ -851,7 +871,8 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     ntab = 0
     if explicit:
         fe = np.empty(N_SYMBOLS, np.int64)
-        if _choose_explicit(vals, m, hist, skipped_zeros, f, ref, code_lengths, E, M, fe):
+        if _choose_explicit(m, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped, f, ref,
+                            code_lengths, M, fe):
             cb = CB_EXPLICIT
             ntab = _pack_table(fe, table)
             for s in range(N_SYMBOLS):
@@ -1130,6 +1151,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     nobits = np.empty(0, np.uint8)
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
+    full = np.empty((2 << E) + 1, np.int64)               # format 7: every value's histogram, once, if wanted
+    full_state = np.zeros(1, np.int64)
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
     raw = n * itemsize
@@ -1174,11 +1197,13 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             bitmap = bitmaps[mi * row:mi * row + (nb + 7) // 8]
             skipped = skips[mi]
             skipped_samples = 0                  # the fit's sampled positions in skipped blocks
+            skipped_x = 0                        # and the explicit table's (format 7)
             for blk in range(nb):
                 if (bitmap[blk >> 3] >> (blk & 7)) & 1:
                     lo = blk * bs
                     hi = min(n, lo + bs)
                     skipped_samples += (hi + step - 1) // step - (lo + step - 1) // step
+                    skipped_x += (hi + EXPLICIT_STEP - 1) // EXPLICIT_STEP - (lo + EXPLICIT_STEP - 1) // EXPLICIT_STEP
             kept = n - skipped
             if 32 * skipped < n or kept == 0:
                 continue
@@ -1195,17 +1220,18 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
-                                mean_offsets, code_lengths, zero_thresholds, explicit, mode, bitmap, len(bitmap), scratch, sym,
+                                mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, skipped_x,
+                                mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
             if size <= lim:
                 cand_size = size
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
+                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
         if best_size <= cand_size:
             best[:best_size] = scratch[:best_size]
         else:

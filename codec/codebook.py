@@ -362,16 +362,22 @@ def select_codebook(n: int, n_zero: int, n_log: int, sum_e: int, hist: np.ndarra
 # ---------------------------------------------------------------------- explicit tables (format 7)
 #: an explicit table is looked for only where the sample says it saves at least this many times its size
 EXPLICIT_GATE = 2
+#: an explicit table is quantised from every EXPLICIT_STEP-th value of the chunk (less skipped blocks'). 1:
+#: every value; a sparser sample halves or quarters the histogram's cost but leaves rare symbols without a
+#: slot (bench/results/format_v7_explicit_amd-epyc-f25-m1.md: 2 and 4 lift 478 and 439 tensors, 1 lifts 514)
+EXPLICIT_STEP = 1
 _BYTE_LENGTH = 8 << LENGTH_FRAC_BITS       # a byte of table, in the code lengths' fixed point
 
 
 def explicit_counts(hist: np.ndarray, ref: int, skipped_zeros: int = 0) -> np.ndarray:
     """Symbol counts (N_SYMBOLS, int64) of the values whose :func:`sample_histogram`-layout histogram is
     ``hist`` (less ``skipped_zeros`` +0 of skipped zero blocks), coded against an explicit table at
-    ``ref``: +0 -> ZERO, a field inside the window -> its window symbol, else ESC."""
+    ``ref``: +0 -> ZERO, a field inside the window -> its window symbol, else ESC (plus one ESC where
+    EXPLICIT_STEP > 1: a value that the sample missed may need it)."""
     h = np.asarray(hist, dtype=np.int64)
     c = np.zeros(N_SYMBOLS, dtype=np.int64)
     c[SYM_ZERO] = h[-1] - skipped_zeros
+    c[SYM_ESC] = EXPLICIT_STEP > 1      # from a sample of the chunk, ESC always has a slot: a value it missed may need it
     b = np.arange(len(h) - 1)
     j = (b >> 1) - ref + WINDOW_LOW
     inside = (j >= 0) & (j < WINDOW)
@@ -427,14 +433,15 @@ def fitted_length(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np
 
 def explicit_may_pay(sample: np.ndarray, freq: np.ndarray, ref: int, n: int, code_lengths: np.ndarray,
                      man_bits: int, skipped_zeros: int = 0) -> bool:
-    """The gate before a chunk's full histogram: whether an explicit table quantised from the fit's
-    ``sample`` (less ``skipped_zeros`` sampled +0) saves, scaled from the sample's values to the ``n``
-    coded ones, more than EXPLICIT_GATE times its bytes against the fitted table ``freq``."""
+    """The gate before a chunk's full histogram: whether the fit's ``sample`` (less ``skipped_zeros``
+    sampled +0) coded with its own frequencies (``max(1, count * TOTAL // sampled)``: not quantised, which
+    is the full histogram's work) saves, scaled from the sample's values to the ``n`` coded ones, more than
+    EXPLICIT_GATE times those frequencies' table bytes against the fitted table ``freq``."""
     c = explicit_counts(sample, ref, skipped_zeros)
     ns = int(c.sum())
     if ns == 0:
         return False
-    f = explicit_frequencies(c, code_lengths)
+    f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)        # the sample's own, not quantised to TOTAL
     tb = explicit_table_nbytes(f) * _BYTE_LENGTH
     saved = fitted_length(sample, freq, ref, code_lengths, man_bits, skipped_zeros) - (explicit_length(c, f, code_lengths) - tb)
     return saved * n > EXPLICIT_GATE * tb * ns
@@ -442,11 +449,14 @@ def explicit_may_pay(sample: np.ndarray, freq: np.ndarray, ref: int, n: int, cod
 
 def explicit_pays(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, man_bits: int,
                   skipped_zeros: int = 0):
-    """The explicit table for the values of the full ``hist`` (less ``skipped_zeros`` +0) where its
-    estimated size, table included, is below the fitted table ``freq``'s; else None."""
+    """The explicit table for the values of ``hist`` (every EXPLICIT_STEP-th value of the chunk, less
+    ``skipped_zeros`` +0) where its estimated size for them, table included at its size divided by
+    EXPLICIT_STEP, is below the fitted table ``freq``'s; else None."""
     c = explicit_counts(hist, ref, skipped_zeros)
     f = explicit_frequencies(c, code_lengths)
-    if explicit_length(c, f, code_lengths) < fitted_length(hist, freq, ref, code_lengths, man_bits, skipped_zeros):
+    tb = explicit_table_nbytes(f) * _BYTE_LENGTH
+    if EXPLICIT_STEP * (explicit_length(c, f, code_lengths) - tb) + tb < EXPLICIT_STEP * fitted_length(
+            hist, freq, ref, code_lengths, man_bits, skipped_zeros):
         return f
     return None
 

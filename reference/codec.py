@@ -25,8 +25,9 @@ Per chunk of ``n`` words (``codec.format`` has the payload layout):
 6. (format 6) the chunk's non-zero words and their positions (SPARSE), where that is smaller than
    the coded payload and than the raw chunk.
 7. (format 7) in step 3, where the sample says the chunk's own table may pay, the histogram of every
-   coded value; its quantised table replaces the fitted one where it is estimated smaller, table
-   included (codec.codebook.explicit_may_pay / explicit_pays), and follows the chunk head.
+   EXPLICIT_STEP-th value (less those in skipped blocks, as the fit's sample); its quantised table
+   replaces the fitted one where it is estimated smaller, table included (codec.codebook.explicit_may_pay /
+   explicit_pays), and follows the chunk head.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from codec import format as fmt
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
-                            explicit_may_pay, explicit_pays, frequency_tables, load_family, sample_histogram,
+                            EXPLICIT_STEP, explicit_may_pay, explicit_pays, frequency_tables, load_family, sample_histogram,
                             sample_step, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE, RANS_L, SIGN_NEGATIVE,
                           SIGN_POSITIVE, SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, pack_sparse,
@@ -160,9 +161,10 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
             continue
         step = sample_step(n)
         hists = [sample_histogram(row, lay.exp_bits, lay.man_bits, step) for row in block[rows]]
-        candidates = [_coded_payloads(block[rows], lay, fam, hists=hists, rans=rans)]
+        xhists = [sample_histogram(row, lay.exp_bits, lay.man_bits, EXPLICIT_STEP) for row in block[rows]]
+        candidates = [_coded_payloads(block[rows], lay, fam, hists=hists, xhists=xhists, rans=rans)]
         for mode in ZERO_BLOCK_MODES:
-            candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans, hists, step))
+            candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans, hists, xhists, step))
         for j, row in enumerate(rows):
             best = min((c[j] for c in candidates if c[j] is not None), key=len)   # first on ties
             sparse = sparse_nbytes(block[row])
@@ -178,13 +180,13 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
     return kinds, payloads
 
 
-def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans, hists, step) -> list[bytes | None]:
+def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans, hists, xhists, step) -> list[bytes | None]:
     """Payloads with a zero-block bitmap of ``2^mode``-value blocks, where it may pay (else None); the
     fit's sample is the chunk's (``hists``) less its positions in skipped blocks (all +0)."""
     n = block.shape[1]
     size = 1 << mode
     out: list[bytes | None] = []
-    for row, hist in zip(block, hists):
+    for row, hist, xhist in zip(block, hists, xhists):
         zero_blocks = zero_block_flags(row, size)
         kept = np.repeat(~zero_blocks, size)[:n]
         if 32 * (n - int(kept.sum())) < n or not kept.any():   # < 1/32 of the values skipped: not worth trying
@@ -193,7 +195,9 @@ def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans, 
         bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
         hist = hist.copy()
         hist[-1] -= int((~kept[::step]).sum())
-        out.append(_coded_payloads(row[kept][None, :], lay, fam, hists=[hist], mode=mode, bitmaps=[bitmap],
+        xhist = xhist.copy()
+        xhist[-1] -= int((~kept[::EXPLICIT_STEP]).sum())
+        out.append(_coded_payloads(row[kept][None, :], lay, fam, hists=[hist], xhists=[xhist], mode=mode, bitmaps=[bitmap],
                                    rans=rans)[0])
     return out
 
@@ -207,7 +211,7 @@ def zero_block_flags(row: np.ndarray, size: int) -> np.ndarray:
     return ~padded.reshape(nb, size).any(axis=1)
 
 
-def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, mode: int = 0, bitmaps=None,
+def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mode: int = 0, bitmaps=None,
                     rans=rans_encode) -> list[bytes]:
     """CODED payloads of the equal-length rows of ``sub`` (the values that are entropy coded; ``hists``:
     each row's sample histogram for the fit)."""
@@ -231,8 +235,7 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, mode: int 
         for j, ((cb, ref), hist) in enumerate(zip(heads, hists)):
             if not explicit_may_pay(hist, tables[j][0], ref, n, fam.code_lengths, M):
                 continue
-            full = sample_histogram(sub[j], lay.exp_bits, M, 1)
-            f = explicit_pays(full, tables[j][0], ref, fam.code_lengths, M)
+            f = explicit_pays(xhists[j], tables[j][0], ref, fam.code_lengths, M)
             if f is not None:
                 heads[j] = (fmt.CB_EXPLICIT, ref)
                 tables[j] = frequency_tables(f)
