@@ -765,9 +765,9 @@ def _explicit_frequencies(c, code_lengths, f):
         total -= 1
 
 
-@njit(cache=True)
-def _explicit_nbytes(f):
-    """codec.codebook.explicit_table_nbytes."""
+@njit(cache=True, inline="always")
+def _window_range(f):
+    """The first and last window symbol (relative to SYM_WINDOW0) with a frequency; (-1, -1): none."""
     lo = -1
     hi = -1
     for j in range(2 * WINDOW):
@@ -775,6 +775,13 @@ def _explicit_nbytes(f):
             if lo < 0:
                 lo = j
             hi = j
+    return lo, hi
+
+
+@njit(cache=True)
+def _explicit_nbytes(f):
+    """codec.codebook.explicit_table_nbytes."""
+    lo, hi = _window_range(f)
     nbytes = 2 + (1 + (f[SYM_ZERO] >= 128)) + (1 + (f[SYM_ESC] >= 128))
     if lo >= 0:
         for j in range(lo, hi + 1):
@@ -827,13 +834,7 @@ def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, 
 @njit(cache=True)
 def _pack_table(f, out):
     """codec.format.pack_explicit_table into ``out``; returns its length."""
-    lo = -1
-    hi = -1
-    for j in range(2 * WINDOW):
-        if f[SYM_WINDOW0 + j] > 0:
-            if lo < 0:
-                lo = j
-            hi = j
+    lo, hi = _window_range(f)
     cnt = hi - lo + 1 if lo >= 0 else 0
     lo = max(lo, 0)
     out[0] = lo

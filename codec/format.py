@@ -106,10 +106,13 @@ frequencies sum to TOTAL (codebook.PROB_BITS); a window symbol with a non-zero f
 exponent field of the dtype (``0 <= ref - WINDOW_LOW + j <= 2^E - 1``), so that decoded symbols are
 as the analytic tables' are after clipping.  Its encoders (every backend) choose per coded payload
 (plain or with a zero-block bitmap), after the version-6 fit: where the fit's sample says an explicit
-table may pay (:func:`codec.codebook.explicit_may_pay`), the histogram of every coded value at the
-fit's ``ref`` is quantised (:func:`codec.codebook.explicit_frequencies`, integers only) and kept where
-its estimated size, table included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).
-Everything else is version 6's, byte for byte.
+table may pay (:func:`codec.codebook.explicit_may_pay`), the histogram of the coded values (every
+EXPLICIT_STEP-th of the chunk, less those in skipped blocks) at the fit's ``ref`` is quantised
+(:func:`codec.codebook.explicit_frequencies`, integers only) and kept where its estimated size, table
+included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).  Everything else is
+version 6's, byte for byte.  The reference and numba encoders write version 7 where
+``WRITE_VERSION`` says so; it becomes FORMAT_VERSION, with golden streams, once the device encoders
+(codegen.device) write it too.  Every decoder reads it.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
