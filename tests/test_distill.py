@@ -42,6 +42,7 @@ def test_teacher_layers_reproduce_forward(setup):
         assert torch.equal(run_layers(teacher, 2, 4, hs[2], b.mask[0]), hs[4])
 
 
+@pytest.mark.slow      # 9 s of real training: CI's slow step (the README run stays under 8 minutes on 2 cores)
 def test_short_layerwise_run_reduces_segment_losses(setup):
     teacher, b = setup
     torch.manual_seed(0)

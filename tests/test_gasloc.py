@@ -96,6 +96,7 @@ def test_reduces_to_diloco_on_complete_graph_with_full_averaging():
         assert all(w <= 1.0 for w in worst), (rank, worst)
 
 
+@pytest.mark.slow      # 12 s of real gossip rounds: CI's slow step (the README run stays under 8 minutes on 2 cores)
 def test_compressed_gossip_is_bit_identical():
     res = _run(case_gossip, 4)
     for r in res.values():

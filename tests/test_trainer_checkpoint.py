@@ -66,6 +66,7 @@ def case_dead_worker(rank, ws, root):
             "seconds": time.perf_counter() - t}
 
 
+@pytest.mark.slow      # 9 s: workers and a timeout: CI's slow step (the README run stays under 8 minutes on 2 cores)
 def test_dead_worker_stops_the_others_and_the_checkpoint_survives(tmp_path):
     ws = 3
     res = run_ranks(case_dead_worker, ws, str(tmp_path), expect=ws - 1)
