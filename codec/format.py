@@ -110,9 +110,9 @@ table may pay (:func:`codec.codebook.explicit_may_pay`), the histogram of the co
 EXPLICIT_STEP-th of the chunk, less those in skipped blocks) at the fit's ``ref`` is quantised
 (:func:`codec.codebook.explicit_frequencies`, integers only) and kept where its estimated size, table
 included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).  Everything else is
-version 6's, byte for byte.  The reference and numba encoders write version 7 where
-``WRITE_VERSION`` says so; it becomes FORMAT_VERSION, with golden streams, once the device encoders
-(codegen.device) write it too.  Every decoder reads it.
+version 6's, byte for byte.  The encoders (reference, numba, and the device ones through
+codegen.device's host-side choice) write version 7 where ``WRITE_VERSION`` says so; it becomes
+FORMAT_VERSION with its golden streams.  Every decoder reads it.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``

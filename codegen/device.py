@@ -102,9 +102,10 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
 
 
 def _chunk_prefixes(h, buf, ids):
-    """``(bytes, offsets)``: the first bytes of each coded chunk's payload (its header, and its bitmap
-    where its mode says there is one), copied to the host in two gathers (on the device for a device
-    stream): every chunk's 20-byte header, then the bitmaps of the zero-block chunks only."""
+    """``(bytes, offsets)``: the first bytes of each coded chunk's payload (its header, and its explicit
+    table and bitmap where its head says there are), copied to the host in two gathers (on the device for
+    a device stream): every chunk's 20-byte header, then the rest of the zero-block and explicit-table
+    chunks' :func:`codec.format.chunk_head_extent` only."""
     import torch
 
     starts = h.payload_start + np.where(ids > 0, h.ends[np.maximum(ids - 1, 0)], 0)
@@ -123,7 +124,11 @@ def _chunk_prefixes(h, buf, ids):
     whole = np.flatnonzero(head == fmt.CHUNK_HEAD.size)
     mode = np.zeros(len(ids), dtype=np.uint8)
     mode[whole] = out[at[whole] + fmt.CHUNK_HEAD.offset["mode"]]
-    bitmapped = np.flatnonzero((mode != 0) & (lens > fmt.CHUNK_HEAD.size))
+    cb_at = at[whole] + fmt.CHUNK_HEAD.offset["codebook"]
+    explicit = np.zeros(len(ids), dtype=bool)             # format 7: an explicit table follows the head
+    explicit[whole] = fmt.explicit_tables(h.version) & (
+        (out[cb_at].astype(np.int64) | (out[cb_at + 1].astype(np.int64) << 8)) == fmt.CB_EXPLICIT)
+    bitmapped = np.flatnonzero(((mode != 0) | explicit) & (lens > fmt.CHUNK_HEAD.size))
     if len(bitmapped):
         gather(starts[bitmapped] + fmt.CHUNK_HEAD.size, lens[bitmapped] - fmt.CHUNK_HEAD.size,
                at[bitmapped] + fmt.CHUNK_HEAD.size)
@@ -607,6 +612,11 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
             hist[sel, -1] -= _sampled_in_zero_blocks(nz[mode][cc[sel]], n[cc[sel]], mode)
     cb, ref = select_codebooks(n_coded, zeros[cc] - csk, n_log[cc], s1[cc], hist, lay)
     freq, cum = clipped_tables(cb, ref, lay)
+    tables = torch.zeros_like(n_coded)                 # bytes of each candidate's explicit table (format 7)
+    table_bytes = {}
+    if fmt.explicit_tables(fmt.WRITE_VERSION):
+        cb, freq, cum, tables, table_bytes = _explicit_tables(words, lay, cs, cc, csk, n_coded, hist, cb, ref, freq,
+                                                              cum)
     k = _lanes(n_coded)
     # non-zero block lists of the zero-block candidates
     nzb_parts, nzb_at = [], torch.zeros_like(cc)
@@ -641,7 +651,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     bits = torch.where(top > 0, torch.floor(torch.log2(top.clamp(min=1).double())).long() + 1, 0)
     narrow = torch.where(sign != fmt.SIGN_STORED, (M - 1 - shift[cc] - bits).clamp(min=0), 0)
     bitmap = torch.where(cm > 0, (-(-n[cc] // (1 << cm)) + 7) // 8, 0)
-    size = (fmt.CHUNK_HEAD.size + bitmap + 4 * k + 2 * n_words
+    size = (fmt.CHUNK_HEAD.size + tables + bitmap + 4 * k + 2 * n_words
             + packed_nbytes(n_sm, fmt.plane_width(M, shift[cc], sign, narrow)) + 2 * n_esc)
 
     # the choice per chunk: the smallest candidate, the earliest (plain first) on ties; RAW if not smaller
@@ -670,7 +680,7 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     if len(chosen):
         at = pay_at[coded]
         cmode = cm[chosen]
-        states_at = at + fmt.CHUNK_HEAD.size + bitmap[chosen]
+        states_at = at + fmt.CHUNK_HEAD.size + tables[chosen] + bitmap[chosen]
         words_at = states_at + 4 * k[chosen]
         kern.place(len(chosen), _stack_rows(PLACE, rans_at=rans_at[chosen], lanes=k[chosen], n_words=n_words[chosen],
                                             states_at=states_at), rans_out, out)
@@ -683,7 +693,11 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
                            plane_at=plane_at, scratch_at=scratch_at, sign=sign[chosen],
                            narrow=narrow[chosen])
         kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
-        _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size, cc[chosen])
+        _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size + tables[chosen], cc[chosen])
+        for j in torch.nonzero(tables[chosen]).flatten().tolist():       # explicit tables (a few dozen bytes)
+            data = table_bytes[int(chosen[j])]
+            a = int(at[j]) + fmt.CHUNK_HEAD.size
+            out[a:a + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
     if sparse_bytes:                                     # SPARSE payloads, made on the host
         at = pay_at[sparse]
         lens = torch.as_tensor([len(p) for p in sparse_bytes], device=dev)
@@ -695,6 +709,134 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
         rows = _stack_rows(COPY, start=plain * cs, n=n[plain], pay_at=pay_at[plain], kind=kinds[plain])
         kern.copy(len(plain), words, rows, out)
     return out, kinds.cpu().numpy().astype(np.uint8), sizes_h
+
+
+def _explicit_counts(hist, ref):
+    """:func:`codec.codebook.explicit_counts` of each row of ``hist`` (R, bins) at ``ref`` (R,)."""
+    import torch
+
+    nb = hist.shape[1] - 1
+    b = torch.arange(nb, device=hist.device)[None, :]
+    j = (b >> 1) - ref[:, None] + cbk.WINDOW_LOW
+    sym = torch.where((j >= 0) & (j < cbk.WINDOW), cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1), cbk.SYM_ESC)
+    c = torch.zeros((len(hist), cbk.N_SYMBOLS), dtype=torch.int64, device=hist.device)
+    c.scatter_add_(1, sym, hist[:, :nb])
+    c[:, cbk.SYM_ZERO] = hist[:, nb]
+    c[:, cbk.SYM_ESC] += int(cbk.EXPLICIT_STEP > 1)
+    return c
+
+
+def _table_nbytes(f):
+    """:func:`codec.codebook.explicit_table_nbytes` of each row of ``f`` (R, N_SYMBOLS)."""
+    import torch
+
+    win = f[:, cbk.SYM_WINDOW0:] > 0
+    j = torch.arange(win.shape[1], device=f.device)[None, :]
+    lo = torch.where(win, j, win.shape[1]).min(dim=1).values
+    hi = torch.where(win, j, -1).max(dim=1).values
+    listed = (j >= lo[:, None]) & (j <= hi[:, None])
+    one = 1 + (f >= 128).long()
+    return 2 + one[:, cbk.SYM_ZERO] + one[:, cbk.SYM_ESC] + (one[:, cbk.SYM_WINDOW0:] * listed).sum(dim=1)
+
+
+def _quantise(c, lengths):
+    """:func:`codec.codebook.explicit_frequencies` of each row of ``c``: the same integer steps, every row
+    at once (at most N_SYMBOLS steps each way)."""
+    import torch
+
+    n = c.sum(dim=1, keepdim=True).clamp(min=1)
+    used = c > 0
+    f = torch.where(used, torch.clamp(c * cbk.TOTAL // n, min=1), 0)
+    rows = torch.arange(len(c), device=c.device)
+    big = torch.iinfo(torch.int64).max
+    while True:
+        short = f.sum(dim=1) < cbk.TOTAL
+        if not bool(short.any()):
+            break
+        gain = torch.where(used, c * (lengths[f] - lengths[(f + 1).clamp(max=cbk.TOTAL)]), -1)
+        s = torch.argmax(gain, dim=1)
+        f[rows[short], s[short]] += 1
+    while True:
+        over = f.sum(dim=1) > cbk.TOTAL
+        if not bool(over.any()):
+            break
+        loss = torch.where(f > 1, c * (lengths[(f - 1).clamp(min=1)] - lengths[f]), big)
+        s = torch.argmin(loss, dim=1)
+        f[rows[over], s[over]] -= 1
+    return f
+
+
+def _fitted_lengths(hist, freq, ref, lengths, man_bits):
+    """:func:`codec.codebook.fitted_length` of each row (the sample_length of select_codebooks' score, plus
+    the plane bits of +0 where the table has no ZERO symbol)."""
+    import torch
+
+    nb = hist.shape[1] - 1
+    zeros = hist[:, nb]
+    has_zero = freq[:, cbk.SYM_ZERO] > 0
+    h = hist[:, :nb].clone()
+    h[:, 0] += torch.where(has_zero, 0, zeros)
+    b = torch.arange(nb, device=hist.device)[None, :]
+    j = (b >> 1) - ref[:, None] + cbk.WINDOW_LOW
+    inside = (j >= 0) & (j < cbk.WINDOW)
+    fs = torch.where(inside, freq.gather(1, cbk.SYM_WINDOW0 + 2 * j.clamp(0, cbk.WINDOW - 1) + (b & 1)), 0)
+    esc = lengths[freq[:, cbk.SYM_ESC]] + cbk.ESC_LENGTH
+    ln = torch.where(fs > 0, lengths[fs], esc[:, None])
+    total = (h * ln).sum(dim=1) + torch.where(has_zero, zeros * lengths[freq[:, cbk.SYM_ZERO]], 0)
+    return total + torch.where(has_zero, 0, (zeros * man_bits) << cbk.LENGTH_FRAC_BITS)
+
+
+def _explicit_tables(words, lay, cs, cc, csk, n_coded, hist, cb, ref, freq, cum):
+    """Format 7 on the device: each candidate's explicit table where it pays (the rules of
+    codec.codebook.explicit_may_pay / explicit_pays, integers only, so the bytes are the reference's).
+    Returns ``(cb, freq, cum, table sizes, {candidate: table bytes})``."""
+    import torch
+
+    lengths = _family_tensors(str(words.device))[2]
+    M, E = lay.man_bits, lay.exp_bits
+    byte = 8 << cbk.LENGTH_FRAC_BITS
+    c = _explicit_counts(hist, ref)
+    ns = c.sum(dim=1)
+    own = torch.where(c > 0, torch.clamp(c * cbk.TOTAL // ns.clamp(min=1)[:, None], min=1), 0)
+    tb = _table_nbytes(own) * byte
+    sym_len = (c * lengths[own]).sum(dim=1) + c[:, cbk.SYM_ESC] * cbk.ESC_LENGTH
+    saved = _fitted_lengths(hist, freq, ref, lengths, M) - sym_len
+    gate = (ns > 0) & (saved * n_coded > cbk.EXPLICIT_GATE * tb * ns)
+    sizes = torch.zeros_like(n_coded)
+    if not bool(gate.any()):
+        return cb, freq, cum, sizes, {}
+    sel = torch.nonzero(gate).flatten()
+    chunks, slot = torch.unique(cc[sel], return_inverse=True)
+    nb = (2 << E) + 1
+    full = torch.zeros((len(chunks), nb), dtype=torch.int64, device=words.device)
+    ints = words.view(lay.torch_view_ints)
+    mask = (1 << (8 * lay.itemsize)) - 1
+    for r, ch in enumerate(chunks.tolist()):                 # every EXPLICIT_STEP-th value of the chunk
+        w = ints[ch * cs:(ch + 1) * cs:cbk.EXPLICIT_STEP].to(torch.int64) & mask
+        key = torch.where(w == 0, nb - 1, (w >> (M - 1)) & ((2 << E) - 1))
+        full[r] = torch.bincount(key, minlength=nb)
+    h = full[slot]
+    skipped = csk[sel] if cbk.EXPLICIT_STEP == 1 else None
+    if skipped is None:
+        raise NotImplementedError("EXPLICIT_STEP > 1 on the device")
+    h[:, nb - 1] -= skipped
+    ce = _explicit_counts(h, ref[sel])
+    fe = _quantise(ce, lengths)
+    tbe = _table_nbytes(fe) * byte
+    exp_len = (ce * lengths[fe]).sum(dim=1) + ce[:, cbk.SYM_ESC] * cbk.ESC_LENGTH
+    pays = cbk.EXPLICIT_STEP * exp_len + tbe < cbk.EXPLICIT_STEP * _fitted_lengths(h, freq[sel], ref[sel], lengths, M)
+    take = sel[pays]
+    if not len(take):
+        return cb, freq, cum, sizes, {}
+    cb = cb.clone()
+    freq = freq.clone()
+    cum = cum.clone()
+    cb[take] = fmt.CB_EXPLICIT
+    freq[take] = fe[pays]
+    cum[take] = torch.cumsum(fe[pays], dim=1) - fe[pays]
+    sizes[take] = tbe[pays] // byte
+    packed = {int(j): fmt.pack_explicit_table(f) for j, f in zip(take.tolist(), fe[pays].cpu().numpy())}
+    return cb, freq, cum, sizes, packed
 
 
 def _sparse_payloads(words, lay, cs, n, const, zeros, smallest):

@@ -119,6 +119,29 @@ def test_triton_encoder_bit_exact(dtype):
     assert np.array_equal(words.numpy().view(layout_for(dtype).uint), x.view(layout_for(dtype).uint))
 
 
+# interpreted: CI's slow step
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, zero_runs", [("bfloat16", True)])
+def test_triton_encoder_writes_format_7(monkeypatch, dtype, zero_runs):
+    """Format 7 (codec.format.WRITE_VERSION = 7): the device encoder chooses and writes the explicit tables
+    the reference does (codegen.device._explicit_tables), plain and with zero-block bitmaps, and the device
+    decoder reads them (their heads' prefixes gathered with the tables)."""
+    pytest.importorskip("triton")
+    from codec import format as fmt
+    from codegen import device as tb
+    from tests.test_explicit_tables import _explicit_chunks, _mixed_scales
+
+    monkeypatch.setattr(fmt, "WRITE_VERSION", 7)
+    x = _mixed_scales(dtype, 3000, 1, zero_runs)
+    ref = codec.encode(x, chunk_size=1024, checksum=True, backend="reference")
+    assert _explicit_chunks(bytes(ref))
+    assert codec.encode(x, chunk_size=1024, checksum=True, backend="triton") == ref
+    h, words = tb.decode_stream(torch.frombuffer(bytearray(ref), dtype=torch.uint8))
+    assert np.array_equal(words.numpy().view(layout_for(dtype).uint), x.view(layout_for(dtype).uint))
+    assert np.array_equal(codec.decode(bytes(ref), backend="triton").view(layout_for(dtype).uint),
+                          x.view(layout_for(dtype).uint))
+
+
 # ~14 s interpreted on Zen 3: CI's slow step (the README's run checks each Triton decoder against the reference)
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e5m2"])
