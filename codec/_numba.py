@@ -652,36 +652,52 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
 
 
 @njit(cache=True)
-def _full_hist(vals, m, E, M):
-    """codec.codebook.sample_histogram of ``vals[:m:EXPLICIT_STEP]``: the bins are the words' bits
-    ``field << 1 | leading bit`` (+0 counted in bin 0, then moved to the last), in four interleaved
-    partial histograms (a run of equal bins does not wait on its increments)."""
+def _full_hist(vals, m, E, M, n_zero):
+    """codec.codebook.sample_histogram of ``vals[:m:EXPLICIT_STEP]`` (``n_zero``: the +0 among ``vals[:m]``):
+    the bins are the words' bits ``field << 1 | leading bit`` (+0 counted in bin 0, then moved to the
+    last), in eight interleaved partial histograms (a run of equal bins, as a ReLU's +0, waits on no
+    increment: two partials took 1.3x as long there), indexed unsigned (no negative-index fix-up).  The
+    +0 are the statistics' where every value is counted (a test in this loop was a fifth of its time)."""
     nb = (2 << E) + 1
-    mask = (2 << E) - 1
-    sh = M - 1
+    mask = np.uint64((2 << E) - 1)
+    sh = np.uint64(M - 1)
     st = EXPLICIT_STEP
-    part = np.zeros((4, nb), np.int32)
+    u = np.uint64(nb)
+    part = np.zeros(8 * nb, np.int32)
     zeros = 0
     i = 0
-    while i + 4 * st <= m:
-        v0 = np.int64(vals[i])
-        v1 = np.int64(vals[i + st])
-        v2 = np.int64(vals[i + 2 * st])
-        v3 = np.int64(vals[i + 3 * st])
-        part[0, (v0 >> sh) & mask] += 1
-        part[1, (v1 >> sh) & mask] += 1
-        part[2, (v2 >> sh) & mask] += 1
-        part[3, (v3 >> sh) & mask] += 1
-        zeros += (v0 == 0) + (v1 == 0) + (v2 == 0) + (v3 == 0)
-        i += 4 * st
+    while i + 8 * st <= m:
+        v0 = np.uint64(vals[i])
+        v1 = np.uint64(vals[i + st])
+        v2 = np.uint64(vals[i + 2 * st])
+        v3 = np.uint64(vals[i + 3 * st])
+        v4 = np.uint64(vals[i + 4 * st])
+        v5 = np.uint64(vals[i + 5 * st])
+        v6 = np.uint64(vals[i + 6 * st])
+        v7 = np.uint64(vals[i + 7 * st])
+        part[(v0 >> sh) & mask] += 1
+        part[u + ((v1 >> sh) & mask)] += 1
+        part[np.uint64(2) * u + ((v2 >> sh) & mask)] += 1
+        part[np.uint64(3) * u + ((v3 >> sh) & mask)] += 1
+        part[np.uint64(4) * u + ((v4 >> sh) & mask)] += 1
+        part[np.uint64(5) * u + ((v5 >> sh) & mask)] += 1
+        part[np.uint64(6) * u + ((v6 >> sh) & mask)] += 1
+        part[np.uint64(7) * u + ((v7 >> sh) & mask)] += 1
+        if st > 1:
+            zeros += (v0 == 0) + (v1 == 0) + (v2 == 0) + (v3 == 0) + (v4 == 0) + (v5 == 0) + (v6 == 0) + (v7 == 0)
+        i += 8 * st
     while i < m:
-        v0 = np.int64(vals[i])
-        part[0, (v0 >> sh) & mask] += 1
-        zeros += v0 == 0
+        v = np.uint64(vals[i])
+        part[(v >> sh) & mask] += 1
+        if st > 1:
+            zeros += v == 0
         i += st
-    hist = np.empty(nb, np.int64)
-    for b in range(nb - 1):
-        hist[b] = np.int64(part[0, b]) + part[1, b] + part[2, b] + part[3, b]
+    if st == 1:
+        zeros = n_zero
+    hist = np.zeros(nb, np.int64)
+    for k in range(8):
+        for b in range(nb - 1):
+            hist[b] += part[k * nb + b]
     hist[0] -= zeros
     hist[nb - 1] = zeros
     return hist
@@ -822,7 +838,7 @@ def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, 
     if saved * m <= EXPLICIT_GATE * tb * ns:
         return False
     if full_state[0] == 0:
-        full[:] = _full_hist(w, n, E, M)
+        full[:] = _full_hist(w, n, E, M, full_state[1])
         full_state[0] = 1
     _explicit_counts(full, full_skipped, ref, c)
     _explicit_frequencies(c, code_lengths, fe)
@@ -1153,9 +1169,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
     full = np.empty((2 << E) + 1, np.int64)               # format 7: every value's histogram, once, if wanted
-    full_state = np.zeros(1, np.int64)
+    full_state = np.zeros(2, np.int64)                    # [made?, the chunk's +0]
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
+    full_state[1] = n_zero
     raw = n * itemsize
     # SPARSE (codec.format, version 6): a lower bound first, from the statistics (a byte a gap; the words'
     # width at least that of the largest exponent field, which is at least the mean one).  A nearly empty

@@ -441,9 +441,13 @@ def inspect(buf) -> dict:
                 "bits_per_value": 8 * (b - a) / n}
         if h.kinds[i] == fmt.KIND_CODED:
             hd = fmt.parse_chunk_head(h, buf, i)
-            s, q, z = codebook_params(hd.codebook)
-            info.update(codebook=hd.codebook, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES,
-                        zero_level=ZERO_LEVELS[z], ref_exponent=hd.ref - lay.bias, escapes=hd.n_esc,
+            if hd.codebook == fmt.CB_EXPLICIT:        # version 7: the chunk's own frequencies, not a fitted shape
+                info.update(codebook=hd.codebook, shape="explicit", frequencies=[int(f) for f in hd.table],
+                            table_nbytes=len(fmt.pack_explicit_table(hd.table)))
+            else:
+                s, q, z = codebook_params(hd.codebook)
+                info.update(codebook=hd.codebook, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES, zero_level=ZERO_LEVELS[z])
+            info.update(ref_exponent=hd.ref - lay.bias, escapes=hd.n_esc,
                         zeros=n - hd.n_sm, dropped_mantissa_bits=hd.shift,
                         zero_block_size=(1 << hd.mode) if hd.mode else 0, coded_values=hd.n_coded,
                         sign=fmt.SIGN_NAMES[hd.sign], dropped_high_bits=hd.narrow)

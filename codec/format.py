@@ -94,7 +94,7 @@ tie with either.  Chunks of other kinds and coded payloads are version 5's byte 
 Version 7 added explicit tables: a coded chunk whose codebook id is CB_EXPLICIT carries its own rANS
 frequencies right after its head (before its zero-block bitmap), for chunks that no table of the
 analytic family fits (gradients and optimizer moments whose magnitudes are not one of its shapes,
-scales that change inside a chunk: ``bench/results/format_v7_explicit_study.md`` has the
+scales that change inside a chunk: ``bench/results/format_v7_explicit_amd-epyc-f25-m1.md`` has the
 measurements).  Explicit table::
 
     u8 lo | u8 count              the window symbols SYM_WINDOW0 + lo .. SYM_WINDOW0 + lo + count - 1
@@ -110,9 +110,8 @@ table may pay (:func:`codec.codebook.explicit_may_pay`), the histogram of the co
 EXPLICIT_STEP-th of the chunk, less those in skipped blocks) at the fit's ``ref`` is quantised
 (:func:`codec.codebook.explicit_frequencies`, integers only) and kept where its estimated size, table
 included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).  Everything else is
-version 6's, byte for byte.  The encoders (reference, numba, and the device ones through
-codegen.device's host-side choice) write version 7 where ``WRITE_VERSION`` says so; it becomes
-FORMAT_VERSION with its golden streams.  Every decoder reads it.
+version 6's, byte for byte.  Every encoder (reference, numba, and the device ones through
+codegen.device's host-side choice) writes it by default (``WRITE_VERSION``); every decoder reads it.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
@@ -137,10 +136,10 @@ from .layouts import FloatLayout, layout_by_code, pack_bits, packed_nbytes, unpa
 from .records import Record
 
 MAGIC = b"ZCCL"
-FORMAT_VERSION = 6                   # what the encoders write by default (the golden streams' newest version)
+FORMAT_VERSION = 7                   # what the encoders write by default (the golden streams' newest version)
 READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # what the decoders read
-#: what the encoders write: FORMAT_VERSION, or 7 while version 7 is being brought to every backend (the
-#: reference and numba write it; tests and ``bench.ratio --format 7`` set this)
+#: what the encoders write: FORMAT_VERSION, or 6 (no explicit tables: the version-6 bytes of every chunk,
+#: which ``bench.ratio --format 6`` and the A/B benchmarks set to measure what version 7 adds)
 WRITE_VERSION = FORMAT_VERSION
 FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2}   # the codebook family each format version's streams use
 CB_EXPLICIT = 0xFFFF                 # version 7: a coded chunk's own frequency table follows its head

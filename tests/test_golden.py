@@ -1,5 +1,5 @@
 """Golden streams: the bytes of every format version decode forever; the current version's
-(format v5 / codebook family v2) are pinned (regenerate only with a version bump)."""
+(format v7 / codebook family v2) are pinned (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
@@ -54,7 +54,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2)}
     assert new_ids > 0
 
 
@@ -164,3 +164,36 @@ def test_v6_changed_only_sparse_chunks():
     heads = {bool(fmt.parse_header(golden.read(6, n)[2]).flags & fmt.FLAG_COMPACT)
              for n in golden.manifest(6) if fmt.KIND_SPARSE in fmt.parse_header(golden.read(6, n)[2]).kinds}
     assert heads == {True, False}
+
+
+def test_v7_changed_only_explicit_chunks():
+    """Format v7 added explicit tables and changed nothing else: every v6 golden input's v7 stream has v6's
+    chunks byte for byte but where v7 coded one with its own table (CB_EXPLICIT), which is then smaller
+    than what v6 stored; the new cases hold explicit chunks with and without zero-block bitmaps, in
+    fixed-width and compact heads, with checksums, next to fitted chunks of the same stream."""
+    fmt = codec.format
+    became = 0
+    for name in golden.manifest(6):
+        _, raw, old = golden.read(6, name)
+        _, raw7, new = golden.read(7, name)
+        assert raw == raw7
+        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
+        assert hn.shape == ho.shape and hn.n_chunks == ho.n_chunks and (hn.kinds == ho.kinds).all()
+        for i in range(hn.n_chunks):
+            (a, b), (c, d) = ho.chunk_span(i), hn.chunk_span(i)
+            if hn.kinds[i] == fmt.KIND_CODED and fmt.parse_chunk_head(hn, new, i).codebook == fmt.CB_EXPLICIT:
+                assert d - c < b - a, (name, i)
+                became += 1
+            else:
+                assert old[a:b] == new[c:d], (name, i)
+    assert became > 0
+    seen = set()
+    for name in golden.manifest(7):
+        buf = golden.read(7, name)[2]
+        h = fmt.parse_header(buf)
+        for i in np.flatnonzero(h.kinds == fmt.KIND_CODED):
+            hd = fmt.parse_chunk_head(h, buf, int(i))
+            seen.add((hd.codebook == fmt.CB_EXPLICIT, hd.mode > 0, bool(h.flags & fmt.FLAG_COMPACT), h.checksum))
+            if hd.codebook == fmt.CB_EXPLICIT:
+                assert int(hd.table.sum()) == fmt.TOTAL
+    assert {(True, False, False, False), (True, False, True, False), (True, True, True, True), (False, False, False, False)} <= seen

@@ -39,6 +39,10 @@ CASES = {
     # format v6: SPARSE chunks (a few non-zero words and their positions)
     "sparse_kinds_bf16": ("gaussian", "bfloat16", 40000, 23, -3.0, 20000, True),   # signed, -0, NaN; 3-byte gaps
     "sparse_tiny_f16": ("gaussian", "float16", 20000, 24, -3.0, 4096, False),    # subnormal exp_avg_sq, narrow
+    # format v7: explicit tables, where no analytic table fits (two scales inside a chunk)
+    "mixture_bf16": ("gaussian", "bfloat16", 24576, 27, -2.0, 4096, False),   # per-value scales 1 and 1/256
+    "mixture_zeros_f16": ("gaussian", "float16", 16384, 28, -1.0, 8192, True),   # + all-+0 256-blocks: a bitmap
+    "mixture_f32": ("laplace", "float32", 8192, 29, 0.0, 4096, False),        # AdamW exp_avg-like: 3 scales
 }
 
 
@@ -97,6 +101,15 @@ def make_input(name: str) -> np.ndarray:
         x[4096:] = np.where(np.random.default_rng(26).random(n - 4096) < 0.01, x[4096:], 0)
     if name == "logprob_f16":
         x = -abs(x)
+    if name in ("mixture_bf16", "mixture_zeros_f16", "mixture_f32"):   # rows of a gradient at other scales
+        rng = np.random.default_rng(CASES[name][3] + 100)
+        scales = np.array([1.0, 2.0 ** -8] if name != "mixture_f32" else [1.0, 2.0 ** -6, 2.0 ** -12])
+        x = (x.astype(np.float32) * scales[rng.integers(0, len(scales), n)]).astype(x.dtype)
+        if name == "mixture_bf16":       # the last chunk at one scale: the analytic fit (no table)
+            x[16384:] = make_values("gaussian", dtype, n - 16384, 30, -2.0)
+        if name == "mixture_zeros_f16":
+            blocks = x.reshape(-1, 256)
+            blocks[rng.random(len(blocks)) < 0.4] = 0
     return x
 
 
