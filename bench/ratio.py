@@ -145,8 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8-classes", default="weights,activations",
                     help="classes also measured in float8_e4m3fn and float8_e5m2 ('' for none)")
     ap.add_argument("--format", type=int, default=None, choices=(6, 7),
-                    help="the stream format zipccl writes (default: the encoder's; 7: explicit tables, written "
-                         "to ratio_v7.md / ratio_v7.csv)")
+                    help="the stream format zipccl writes (default: the encoder's, 7; 6: no explicit tables, written "
+                         "to ratio_v6.md / ratio_v6.csv)")
     args = ap.parse_args(argv)
     suffix = ""
     if args.format is not None:
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
         + table + f"\n\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors; {targets}.\n\n"
         "## The 25 tensors with the smallest margin over the best peer\n\n"
         + to_markdown(worst, ["tensor", "numel", "zipccl", "best_peer", "margin_vs_best_peer", "bound"])
-        + "\n\nEvery tensor: `ratio.csv`.\n")
+        + f"\n\nEvery tensor: `ratio{suffix}.csv`.\n")
     return 0
 
 

@@ -197,3 +197,5 @@ def test_v7_changed_only_explicit_chunks():
             if hd.codebook == fmt.CB_EXPLICIT:
                 assert int(hd.table.sum()) == fmt.TOTAL
     assert {(True, False, False, False), (True, False, True, False), (True, True, True, True), (False, False, False, False)} <= seen
+    info = codec.inspect(golden.read(7, "mixture_zeros_f16")[2])["chunks"]    # inspect names the table
+    assert all(c["shape"] == "explicit" and sum(c["frequencies"]) == fmt.TOTAL and c["table_nbytes"] > 4 for c in info)

@@ -1,11 +1,11 @@
 """How format 7's gate (codec.codebook.explicit_may_pay) spends the full histogram: per chunk of every
 bench.ratio tensor over 64 KiB (dense chunks, as the reference codes them without zero blocks), the
 gate's estimate of the saving against the table's size, and the saving the full histogram then finds.
-Rules are compared by the tensors they leave at or above the best peer (bench/results/ratio_v7.csv, with
+Rules are compared by the tensors they leave at or above the best peer (bench/results/ratio.csv, with
 each tensor's size grown by the savings its closed chunks lose) and by the chunks they open (each costs a
 full histogram).
 
-    python -m bench.probes.gate_study        (after python -m bench.ratio --format 7)
+    python -m bench.probes.gate_study        (after python -m bench.ratio)
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def chunk_rows(words, lay, n):
 
 
 def main():
-    rows = {r["tensor"]: r for r in csv.DictReader(open(RESULTS / "ratio_v7.csv"))}
+    rows = {r["tensor"]: r for r in csv.DictReader(open(RESULTS / "ratio.csv"))}
     data = []
     for name, x in build_corpus(dtypes=DTYPES):
         r = rows.get(name)

@@ -1,8 +1,8 @@
 """What the format-7 design was chosen from: how many tensors of the bench.ratio corpus (over 64 KiB) a
 change of the coded symbol would lift to the best peer, estimated from each chunk's histogram against
-format 6's actual sizes (``bench/results/ratio.csv``).  Four chunks a tensor (first, thirds, last).
+format 6's actual sizes (``bench/results/ratio_v6.csv``).  Four chunks a tensor (first, thirds, last).
 
-    python -m bench.probes.table_study          (after python -m bench.ratio; about a minute)
+    python -m bench.probes.table_study          (after python -m bench.ratio --format 6; about a minute)
 
 * ``lead2``: format 6's fitted table (the chunk's codebook and ref, as every encoder picks them) but with
   the symbol carrying two leading mantissa bits instead of one, the model's pmf split at
@@ -102,7 +102,7 @@ def _chunk_gains(w, lay):
 
 
 def main() -> int:
-    rows = {r["tensor"]: r for r in csv.DictReader(open(RESULTS / "ratio.csv"))}
+    rows = {r["tensor"]: r for r in csv.DictReader(open(RESULTS / "ratio_v6.csv"))}
     wins = {"format 6": 0, "lead2": 0, "explicit": 0}
     n = 0
     for name, x in build_corpus(dtypes=DTYPES):
