@@ -22,6 +22,20 @@ from codec.api import default_chunk_size
 DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
 
 
+def fit(row, lay, n):
+    """``(sample histogram, full histogram, fitted table, ref)`` of a chunk ``row`` of ``n`` words, as the
+    reference encoder fits a dense chunk."""
+    fam = C.load_family()
+    hist = C.sample_histogram(row, lay.exp_bits, lay.man_bits, C.sample_step(n))
+    full = C.sample_histogram(row, lay.exp_bits, lay.man_bits, 1)
+    e, sm = LY.split(row[None, :], lay)
+    mag = (row & lay.uint.type((1 << (8 * lay.itemsize - 1)) - 1)) != 0
+    lg = np.where(mag[None, :], LY.log2_magnitude(e, sm.astype(np.uint32), lay), 0)
+    cb, ref = C.select_codebook(n, int((row == 0).sum()), int(mag.sum()), int(lg.sum()), hist, lay.exp_bits,
+                                lay.has_inf, fam)
+    return hist, full, C.chunk_tables(cb, ref, lay.exp_bits, lay.has_inf)[0], ref
+
+
 def chunk_rows(words, lay, n):
     fam = C.load_family()
     M = lay.man_bits
@@ -30,16 +44,7 @@ def chunk_rows(words, lay, n):
         row = words[c0:c0 + n]
         if np.all(row == row[0]):
             continue
-        step = C.sample_step(n)
-        hist = C.sample_histogram(row, lay.exp_bits, M, step)
-        full = C.sample_histogram(row, lay.exp_bits, M, 1)
-        e, sm = LY.split(row[None, :], lay)
-        sm = sm.astype(np.uint32)
-        mag = (row & lay.uint.type((1 << (8 * lay.itemsize - 1)) - 1)) != 0
-        lg = np.where(mag[None, :], LY.log2_magnitude(e, sm, lay), 0)
-        cb, ref = C.select_codebook(n, int((row == 0).sum()), int(mag.sum()), int(lg.sum()), hist, lay.exp_bits,
-                                    lay.has_inf, fam)
-        f = C.chunk_tables(cb, ref, lay.exp_bits, lay.has_inf)[0]
+        hist, full, f, ref = fit(row, lay, n)
         c = C.explicit_counts(hist, ref)
         ns = int(c.sum())
         fs = np.where(c > 0, np.maximum(c * C.TOTAL // ns, 1), 0)
