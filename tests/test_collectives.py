@@ -450,6 +450,7 @@ def case_interleaved_shards(rank, ws):
     return out
 
 
+@pytest.mark.slow        # 7 s: CI's slow step (the README run keeps the pipelined ring's 2-rank test)
 def test_all_reduce_interleaves_its_shards():
     res = run_ranks(case_interleaved_shards, 2)
     for r in res.values():

@@ -141,26 +141,35 @@ def test_v5_changed_only_the_fit():
     assert {"softmax_bf16", "adam_sq_f32"} <= top
 
 
+def _chunks_kept_but(old_version, new_version, changed) -> int:
+    """Every ``old_version`` golden input's ``new_version`` stream (same input, shape and chunk count) has
+    the old stream's chunks byte for byte (so their kinds too) but where ``changed(header, stream, i)``
+    says the new version coded chunk ``i`` its new way, which must then be strictly smaller; returns how
+    many chunks did."""
+    fmt = codec.format
+    became = 0
+    for name in golden.manifest(old_version):
+        _, raw, old = golden.read(old_version, name)
+        _, raw_new, new = golden.read(new_version, name)
+        assert raw == raw_new
+        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
+        assert hn.shape == ho.shape and hn.n_chunks == ho.n_chunks
+        for i in range(hn.n_chunks):
+            (a, b), (c, d) = ho.chunk_span(i), hn.chunk_span(i)
+            if changed(hn, new, i):
+                assert d - c < b - a, (name, i)
+                became += 1
+            else:
+                assert hn.kinds[i] == ho.kinds[i] and old[a:b] == new[c:d], (name, i)
+    return became
+
+
 def test_v6_changed_only_sparse_chunks():
     """Format v6 added SPARSE chunks and changed nothing else: every v5 golden input's v6 stream has v5's
     chunks byte for byte where v6 did not choose SPARSE, and a SPARSE chunk is smaller than the payload
     v5 stored for it; the new cases hold SPARSE chunks in fixed-width and compact heads, with checksums."""
     fmt = codec.format
-    became = 0
-    for name in golden.manifest(5):
-        _, raw, old = golden.read(5, name)
-        _, raw6, new = golden.read(6, name)
-        assert raw == raw6
-        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
-        assert hn.shape == ho.shape and hn.n_chunks == ho.n_chunks
-        for i in range(hn.n_chunks):
-            (a, b), (c, d) = ho.chunk_span(i), hn.chunk_span(i)
-            if hn.kinds[i] == fmt.KIND_SPARSE:
-                assert d - c < b - a, (name, i)
-                became += 1
-            else:
-                assert hn.kinds[i] == ho.kinds[i] and old[a:b] == new[c:d], (name, i)
-    assert became > 0
+    assert _chunks_kept_but(5, 6, lambda h, buf, i: h.kinds[i] == fmt.KIND_SPARSE) > 0
     heads = {bool(fmt.parse_header(golden.read(6, n)[2]).flags & fmt.FLAG_COMPACT)
              for n in golden.manifest(6) if fmt.KIND_SPARSE in fmt.parse_header(golden.read(6, n)[2]).kinds}
     assert heads == {True, False}
@@ -172,21 +181,8 @@ def test_v7_changed_only_explicit_chunks():
     than what v6 stored; the new cases hold explicit chunks with and without zero-block bitmaps, in
     fixed-width and compact heads, with checksums, next to fitted chunks of the same stream."""
     fmt = codec.format
-    became = 0
-    for name in golden.manifest(6):
-        _, raw, old = golden.read(6, name)
-        _, raw7, new = golden.read(7, name)
-        assert raw == raw7
-        ho, hn = fmt.parse_header(old), fmt.parse_header(new)
-        assert hn.shape == ho.shape and hn.n_chunks == ho.n_chunks and (hn.kinds == ho.kinds).all()
-        for i in range(hn.n_chunks):
-            (a, b), (c, d) = ho.chunk_span(i), hn.chunk_span(i)
-            if hn.kinds[i] == fmt.KIND_CODED and fmt.parse_chunk_head(hn, new, i).codebook == fmt.CB_EXPLICIT:
-                assert d - c < b - a, (name, i)
-                became += 1
-            else:
-                assert old[a:b] == new[c:d], (name, i)
-    assert became > 0
+    explicit = lambda h, buf, i: h.kinds[i] == fmt.KIND_CODED and fmt.parse_chunk_head(h, buf, i).codebook == fmt.CB_EXPLICIT  # noqa: E731
+    assert _chunks_kept_but(6, 7, explicit) > 0
     seen = set()
     for name in golden.manifest(7):
         buf = golden.read(7, name)[2]
