@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     command = "python -m bench.ratio" + (f" --format {args.format}" if args.format is not None else "")
     (args.out / f"ratio{suffix}.md").write_text(
         "# Compression ratio: zipccl vs peers\n\n"
-        f"Regenerate: `{command}` (format {fmt_written()}; chunk size {args.chunk_size or 'default: 65536, 16384 for float32'}). Ratio = raw bytes / compressed "
+        f"Regenerate: `{command}` (format {fmt_written()}; chunk size {args.chunk_size or 'default: 65536, 16384 for float32, 131072 for float8'}). Ratio = raw bytes / compressed "
         "bytes, summed per class (higher is better); `bound` is the order-0 exponent-entropy bound.\n\n"
         + table + f"\n\nzipccl >= best peer on {len(rows) - len(losses)}/{len(rows)} tensors; {targets}.\n\n"
         "## The 25 tensors with the smallest margin over the best peer\n\n"

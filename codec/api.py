@@ -16,10 +16,17 @@ DEFAULT_CHUNK_SIZE = 1 << 16   # values per chunk: ~0.2% overhead (32 rANS state
 # float32 chunks are smaller: finer dropping of all-zero low mantissa bits (weights up-cast from
 # 16-bit formats) outweighs the overhead.  MiniLM fp32 weights: 1.2219 at 16K, 1.2174 at 64K values.
 DEFAULT_CHUNK_SIZE_F32 = 1 << 14
+# float8 chunks hold as many bytes as 16-bit ones: per value, a chunk's head, rANS states and (format 7)
+# table weigh twice as much at a byte a value, and an fp8 weight's ~6.2 coded bits leave little to lose.
+# MiniLM e4m3 weights: 1.3140 at 64K, 1.3156 at 128K values (tensors >= the best peer 1 -> 12 of 39); e5m2
+# weights 1.4368 -> 1.4387; activations (whose scale changes within a tensor) 0.1-0.2 % lower
+# (bench/results/fp8_chunks_amd-epyc-f25-m1.md)
+DEFAULT_CHUNK_SIZE_F8 = 1 << 17
 
 
 def default_chunk_size(lay: FloatLayout) -> int:
-    return DEFAULT_CHUNK_SIZE_F32 if lay.itemsize == 4 else DEFAULT_CHUNK_SIZE
+    """Values per chunk where the caller names none: 64 KiB of float32, 128 KiB of 16- and 8-bit types."""
+    return {4: DEFAULT_CHUNK_SIZE_F32, 1: DEFAULT_CHUNK_SIZE_F8}.get(lay.itemsize, DEFAULT_CHUNK_SIZE)
 
 
 BACKENDS = backends.names()
@@ -220,7 +227,8 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     CUDA device (torch, or an array with ``__cuda_array_interface__`` such as CuPy's) is encoded there
     by the generated kernels (``backend`` "auto"/"triton" or "cuda"), and the stream is returned as a
     1-D uint8 tensor on that device (a CuPy array for CuPy input); ``out`` must then be one there too.
-    chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32).
+    chunk_size: values per independently decodable chunk, 1..2**20; default 65536 (16384 for float32,
+    131072 for float8).
     checksum: store CRC32C of the header and of every chunk (decode then detects any corruption).
     partition: shard boundaries over the flattened tensor (see :func:`partition`); the chunk size is
     chosen so that every boundary is a chunk boundary (``ValueError`` if that needs chunks < 1024).

@@ -36,7 +36,7 @@ import numpy as np
 from . import archive, safefile
 from . import format as fmt
 from ._version import __version__
-from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F32, inspect as _inspect_stream
+from .api import DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_SIZE_F8, DEFAULT_CHUNK_SIZE_F32, inspect as _inspect_stream
 from .archive import (ARCHIVE_MAGIC, ARCHIVE_VERSION, INPUT_BY_NAME, INPUT_NAMES, INPUT_RAW, INPUT_SAFETENSORS,
                       NPY_VOID_LAYOUTS)
 from .atomic import atomic_write
@@ -354,7 +354,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="input kind (default: from the extension; raw if --dtype is given)")
     c.add_argument("--chunk-size", type=_chunk_size, default=None, metavar="N",
                    help=f"values per independently decodable chunk (default {DEFAULT_CHUNK_SIZE}, "
-                        f"{DEFAULT_CHUNK_SIZE_F32} for float32)")
+                        f"{DEFAULT_CHUNK_SIZE_F32} for float32, {DEFAULT_CHUNK_SIZE_F8} for float8)")
     c.add_argument("--checksum", action="store_true", help="store CRC32C checksums in every tensor stream")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
