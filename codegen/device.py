@@ -311,9 +311,12 @@ def _device_heads(h, buf_t, ids, out_at):
     return metas, tables, his, (torch.cat(nzb_parts) if nzb_parts and base else None)
 
 
+assert cbk.N_SYMBOLS <= 1 << 7 and cbk.TOTAL < 1 << 13      # decode_tables' entries: 7 + 12 + 13 bits
+
+
 def decode_tables(cb, ref, lay, freq=None):
     """The decoders' tables for each ``(codebook, ref)`` row (or, given, of the clipped frequencies ``freq``
-    ``(R, N_SYMBOLS)``: an explicit table's), as tensor ops (the device's copy of ``_tables``): slot -> ``sym | (slot - cum) << 8 | freq << 20`` and symbol -> exponent/leading bit."""
+    ``(R, N_SYMBOLS)``: an explicit table's), as tensor ops (the device's copy of ``_tables``): slot -> ``sym | (slot - cum) << 7 | freq << 19`` (13 bits of frequency: an explicit table may give one symbol all of TOTAL; the CUDA decoder keeps the entries as u32) and symbol -> exponent/leading bit."""
     import torch
 
     if freq is None:
@@ -321,7 +324,7 @@ def decode_tables(cb, ref, lay, freq=None):
     cum = torch.cumsum(freq, dim=1) - freq
     slot = torch.arange(cbk.TOTAL, device=cb.device).expand(len(cb), -1).contiguous()
     sym = torch.searchsorted(torch.cumsum(freq, dim=1), slot, right=True)
-    entries = sym | ((slot - cum.gather(1, sym)) << 8) | (freq.gather(1, sym) << 20)
+    entries = sym | ((slot - cum.gather(1, sym)) << 7) | (freq.gather(1, sym) << 19)
     s = torch.arange(cbk.N_SYMBOLS, device=cb.device)[None, :]
     e = (s - cbk.SYM_WINDOW0) // 2 + ref[:, None] - cbk.WINDOW_LOW
     hi = (e << lay.man_bits) | (((s - cbk.SYM_WINDOW0) & 1) << (lay.man_bits - 1))

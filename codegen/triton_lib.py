@@ -128,7 +128,7 @@ def _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words):
     (16-bit words taken in lane order, placed by a prefix sum).  Returns the symbols, the new states,
     the new word position and a fault flag (a refill past the chunk's words)."""
     ent = tl.load(tables + tab * TOTAL + (x & MASK), mask=active, other=0)
-    xn = (ent >> 20) * (x >> PROB_BITS) + ((ent >> 8) & 0xFFF)
+    xn = (ent >> 19) * (x >> PROB_BITS) + ((ent >> 7) & 0xFFF)
     need = active & (xn < RANS_L)
     needi = need.to(tl.int64)
     widx = ptr + tl.cumsum(needi, 0) - needi
@@ -137,14 +137,14 @@ def _rans_step(buf, tables, tab, x, active, ptr, words_at, n_words):
     w = (tl.load(wp, mask=need & (widx < n_words), other=0).to(tl.int64)
          | (tl.load(wp + 1, mask=need & (widx < n_words), other=0).to(tl.int64) << 8))
     x = tl.where(active, tl.where(need, (xn << 16) | w, xn), x)
-    return ent & 0xFF, x, ptr + tl.sum(needi, 0), bad
+    return ent & 0x7F, x, ptr + tl.sum(needi, 0), bad
 
 
 @triton.jit
 def dec_symbols(
     buf,        # *u8   the whole stream
     meta,       # *i64  (n_chunks, META_WIDTH) as for decode_coded_chunks
-    tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 8 | freq << 20
+    tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 7 | freq << 19
     sym,        # *u8   out: each chunk's symbols, from its offset in sym_at
     sym_at,     # *i64  (n_chunks,)
     err,        # *i32  (n_chunks,) out: 0 = the rANS stream is consistent
@@ -213,7 +213,7 @@ def dec_values(
 def decode_coded_chunks(
     buf,        # *u8   the whole stream
     meta,       # *i64  (n_chunks, META_WIDTH) per-chunk offsets and counts, see codegen.device.decode_into
-    tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 8 | freq << 20
+    tables,     # *i64  (n_tables, TOTAL) slot -> sym | (slot - cum) << 7 | freq << 19
     hi,         # *i64  (n_tables, N_SYMBOLS) symbol -> exponent << M | leading bit << (M-1); -1 impossible
     nzb,        # *i64  indices of the non-zero blocks of zero-block chunks
     out,        # *uint output words

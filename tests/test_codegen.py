@@ -273,7 +273,7 @@ def test_device_model_fit_matches_the_host():
             f, c, slots = chunk_tables(int(cbs[j]), int(refs[j]), lay.exp_bits, lay.has_inf)
             assert np.array_equal(freq[j].numpy(), f) and np.array_equal(cum[j].numpy(), c[:-1])
             sym = slots.astype(np.int64)          # the decoders' table: slot -> symbol, offset, frequency
-            want = sym | ((np.arange(len(sym)) - c[sym].astype(np.int64)) << 8) | (f[sym].astype(np.int64) << 20)
+            want = sym | ((np.arange(len(sym)) - c[sym].astype(np.int64)) << 7) | (f[sym].astype(np.int64) << 19)
             assert np.array_equal(entries[j].numpy(), want)
             s = np.arange(len(f))
             e = (s - 2) // 2 + int(refs[j]) - 31
@@ -448,6 +448,9 @@ def test_cuda_kernels_bit_exact_emulated(dtype):
     if layout_for(dtype).itemsize > 1:
         assert {hd.mode > 0 for hd in heads if hd.codebook == fmt.CB_EXPLICIT} == {False, True}
     _cuda_roundtrip(mix, 4096, checksum=True)
+    one = make_values("constant", dtype, 240, 0, -1.0)      # an explicit table giving one symbol all of TOTAL
+    one[80:96] = 0                                          # (its frequency once overflowed the u32 slot entry)
+    _cuda_roundtrip(one, 100)
 
 
 def _scale_mixture(dtype):

@@ -19,7 +19,7 @@ namespace zipccl {
 template <class L>
 __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the whole stream
                       const i64* __restrict__ meta,     // (n_chunks, L::META_WIDTH): codegen/rows.py META
-                      const i64* __restrict__ tables,   // (n_tables, L::TOTAL) sym | (slot-cum) << 8 | freq << 20
+                      const i64* __restrict__ tables,   // (n_tables, L::TOTAL) sym | (slot-cum) << 7 | freq << 19
                       const i64* __restrict__ hi,       // (n_tables, L::N_SYMBOLS) exponent/leading bit, -1 impossible
                       const i64* __restrict__ nzb,      // non-zero block indices of zero-block chunks
                       typename L::word_t* __restrict__ out,
@@ -58,8 +58,8 @@ __device__ __forceinline__ void decode(const u8* __restrict__ buf,       // the 
         const i64 i = r * k + lane;
         const bool active = live && i < n_coded;
         const u32 ent = active ? slot[x & L::MASK] : 0u;
-        const int s = (int)(ent & 0xFFu);
-        u64 xn = (u64)(ent >> 20) * (x >> L::PROB_BITS) + ((ent >> 8) & 0xFFFu);
+        const int s = (int)(ent & 0x7Fu);
+        u64 xn = (u64)(ent >> 19) * (x >> L::PROB_BITS) + ((ent >> 7) & 0xFFFu);
         const bool need = active && xn < ((u64)L::RANS_L);
         const unsigned need_mask = __ballot_sync(0xffffffffu, need);
         const i64 widx = ptr + __popc(need_mask & below);
