@@ -697,10 +697,12 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
                            narrow=narrow[chosen])
         kern.planes(len(chosen), words, rows, freq, nzb, out, scratch)
         _write_bitmaps(out, nz, n[cc[chosen]], cmode, at + fmt.CHUNK_HEAD.size + tables[chosen], cc[chosen])
-        for j in torch.nonzero(tables[chosen]).flatten().tolist():       # explicit tables (a few dozen bytes)
-            data = table_bytes[int(chosen[j])]
-            a = int(at[j]) + fmt.CHUNK_HEAD.size
-            out[a:a + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
+        ex = torch.nonzero(tables[chosen]).flatten()                     # explicit tables (a few dozen bytes each)
+        if len(ex):                                                       # in one copy to the device
+            parts = [table_bytes[j] for j in chosen[ex].tolist()]
+            starts = (at[ex] + fmt.CHUNK_HEAD.size).tolist()
+            dst = np.concatenate([np.arange(a, a + len(p)) for a, p in zip(starts, parts)])
+            out[torch.as_tensor(dst, device=dev)] = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8).to(dev)
     if sparse_bytes:                                     # SPARSE payloads, made on the host
         at = pay_at[sparse]
         lens = torch.as_tensor([len(p) for p in sparse_bytes], device=dev)
@@ -789,6 +791,9 @@ def _fitted_lengths(hist, freq, ref, lengths, man_bits):
     return total + torch.where(has_zero, 0, (zeros * man_bits) << cbk.LENGTH_FRAC_BITS)
 
 
+_BINCOUNT_KEYS = 1 << 22          # keys of one bincount of _explicit_tables (32 MiB of int64)
+
+
 def _explicit_tables(words, lay, cs, cc, csk, n_coded, hist, cb, ref, freq, cum):
     """Format 7 on the device: each candidate's explicit table where it pays (the rules of
     codec.codebook.explicit_may_pay / explicit_pays, integers only, so the bytes are the reference's).
@@ -811,18 +816,23 @@ def _explicit_tables(words, lay, cs, cc, csk, n_coded, hist, cb, ref, freq, cum)
     sel = torch.nonzero(gate).flatten()
     chunks, slot = torch.unique(cc[sel], return_inverse=True)
     nb = (2 << E) + 1
-    full = torch.zeros((len(chunks), nb), dtype=torch.int64, device=words.device)
-    ints = words.view(lay.torch_view_ints)
-    mask = (1 << (8 * lay.itemsize)) - 1
-    for r, ch in enumerate(chunks.tolist()):                 # every EXPLICIT_STEP-th value of the chunk
-        w = ints[ch * cs:(ch + 1) * cs:cbk.EXPLICIT_STEP].to(torch.int64) & mask
-        key = torch.where(w == 0, nb - 1, (w >> (M - 1)) & ((2 << E) - 1))
-        full[r] = torch.bincount(key, minlength=nb)
-    h = full[slot]
-    skipped = csk[sel] if cbk.EXPLICIT_STEP == 1 else None
-    if skipped is None:
+    if cbk.EXPLICIT_STEP != 1:
         raise NotImplementedError("EXPLICIT_STEP > 1 on the device")
-    h[:, nb - 1] -= skipped
+    full = torch.empty((len(chunks), nb), dtype=torch.int64, device=words.device)
+    ints = words.view(lay.torch_view_ints)
+    total = ints.numel()
+    mask = (1 << (8 * lay.itemsize)) - 1
+    offs = torch.arange(0, cs, cbk.EXPLICIT_STEP, device=words.device)
+    group = max(1, _BINCOUNT_KEYS // len(offs))              # chunks a bincount
+    for g in range(0, len(chunks), group):                   # every EXPLICIT_STEP-th value of each chunk
+        ch = chunks[g:g + group]
+        pos = ch[:, None] * cs + offs[None, :]
+        w = ints[pos.clamp(max=total - 1)].to(torch.int64) & mask
+        key = torch.where(w == 0, nb - 1, (w >> (M - 1)) & ((2 << E) - 1))
+        key = torch.where(pos < total, key + nb * torch.arange(len(ch), device=words.device)[:, None], nb * len(ch))
+        full[g:g + group] = torch.bincount(key.flatten(), minlength=nb * len(ch) + 1)[:nb * len(ch)].view(len(ch), nb)
+    h = full[slot]
+    h[:, nb - 1] -= csk[sel]
     ce = _explicit_counts(h, ref[sel])
     fe = _quantise(ce, lengths)
     tbe = _table_nbytes(fe) * byte
