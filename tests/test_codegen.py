@@ -441,27 +441,17 @@ def test_cuda_kernels_bit_exact_emulated(dtype):
     x[100:140] = make_values("random_bits", dtype, 40, 1)
     _cuda_roundtrip(x, codec.api.default_chunk_size(layout_for(dtype)))
     _cuda_roundtrip(_encoder_case(dtype), 128, checksum=True)
-    mix = _scale_mixture(dtype)                    # format 7's explicit tables, with and without a bitmap
+    from tests.test_explicit_tables import _mixed_scales
+
+    mix = _mixed_scales(dtype, 4 * 4096, 31, zero_runs=True)     # format 7's explicit tables, with and without a bitmap
     want = codec.encode(mix, chunk_size=4096)
     h = fmt.parse_header(want)
     heads = [fmt.parse_chunk_head(h, want, i) for i in range(h.n_chunks) if h.kinds[i] == fmt.KIND_CODED]
-    if layout_for(dtype).itemsize > 1:
-        assert {hd.mode > 0 for hd in heads if hd.codebook == fmt.CB_EXPLICIT} == {False, True}
+    assert {hd.mode > 0 for hd in heads if hd.codebook == fmt.CB_EXPLICIT} == {False, True}
     _cuda_roundtrip(mix, 4096, checksum=True)
     one = make_values("constant", dtype, 240, 0, -1.0)      # an explicit table giving one symbol all of TOTAL
     one[80:96] = 0                                          # (its frequency once overflowed the u32 slot entry)
     _cuda_roundtrip(one, 100)
-
-
-def _scale_mixture(dtype):
-    """Four 4096-value chunks of values at two scales (as rows of a gradient), which no analytic table
-    fits: the last two with all-+0 256-value blocks."""
-    x = make_values("gaussian", dtype, 4 * 4096, 31, -1.0)
-    small = 2.0 ** (-4 if layout_for(dtype).itemsize == 1 else -8)
-    scale = np.where(np.random.default_rng(32).random(len(x)) < 0.5, 1.0, small)
-    x = (x.astype(np.float32) * scale).astype(x.dtype)
-    x.reshape(-1, 256)[8 * 2:][::3] = 0
-    return x
 
 
 from hypothesis import given, strategies as st  # noqa: E402
@@ -498,11 +488,12 @@ from codegen import device as dv
 from codegen.kernels import kernel_set
 from codec.layouts import layout_for
 from tests.helpers import make_values
-from tests.test_codegen import _encoder_case, _scale_mixture
+from tests.test_codegen import _encoder_case
+from tests.test_explicit_tables import _mixed_scales
 rng = np.random.default_rng(0)
 for dtype in ("bfloat16", "float8_e4m3fn"):           # 16- and 8-bit words, with and without Inf
     lay, kern = layout_for(dtype), kernel_set("cuda-emulated", dtype)
-    for x, cs in ((_encoder_case(dtype), 128), (make_values("laplace", dtype, 9000, 1, -1.0), 4096), (_scale_mixture(dtype), 4096)):
+    for x, cs in ((_encoder_case(dtype), 128), (make_values("laplace", dtype, 9000, 1, -1.0), 4096), (_mixed_scales(dtype, 4 * 4096, 31, zero_runs=True), 4096)):
         x[3000:3700] = 0
         w = torch.from_numpy(x.view(lay.view_ints).copy()).view(lay.torch_words)
         blob = bytes(dv.encode_stream(w, lay, x.shape, cs, 0, kernels=kern).numpy())
