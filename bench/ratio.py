@@ -144,9 +144,9 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", type=Path, default=None, help="also write every tensor's row here")
     ap.add_argument("--fp8-classes", default="weights,activations",
                     help="classes also measured in float8_e4m3fn and float8_e5m2 ('' for none)")
-    ap.add_argument("--format", type=int, default=None, choices=(6, 7),
+    ap.add_argument("--format", type=int, default=None, choices=(6, 7, 8),
                     help="the stream format zipccl writes (default: the encoder's, 7; 6: no explicit tables, written "
-                         "to ratio_v6.md / ratio_v6.csv)")
+                         "to ratio_v6.md / ratio_v6.csv; 8: the draft symbol layouts, coded by the reference)")
     args = ap.parse_args(argv)
     suffix = ""
     if args.format is not None:

@@ -244,7 +244,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         return _encode_device(x, dev_x, chunk_size, checksum, partition, out,
                               _device_dialect(backend, "tensor", dev_x))
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
-    impl = backends.get(backend)
+    impl = backends.get(_host_backend(backend, fmt.WRITE_VERSION))
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
     if out is not None:
         dst, result = _out_bytes(out)
@@ -275,6 +275,12 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     return result(end - slack)
 
 
+def _host_backend(backend: str, version: int) -> str:
+    """The host backend that codes format ``version``: format 8 (a draft) has no numba kernels yet, so the
+    reference codes its streams where numba was asked for."""
+    return "reference" if fmt.explicit_layouts(version) and backend in ("auto", "numba") else backend
+
+
 def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None, max_numel=None):
     """Header and the words of chunks ``[first, last)``; decoded into ``dest(h, n)`` (a callable giving
     a writeable uint array of ``n`` words) when given, else into a fresh array.  ``max_numel``: refuse a
@@ -289,7 +295,7 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     chunks = range(first, last)
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
-    impl = backends.get(backend)
+    impl = backends.get(_host_backend(backend, h.version))
     out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
     return h, out
@@ -450,8 +456,11 @@ def inspect(buf) -> dict:
         if h.kinds[i] == fmt.KIND_CODED:
             hd = fmt.parse_chunk_head(h, buf, i)
             if hd.codebook == fmt.CB_EXPLICIT:        # version 7: the chunk's own frequencies, not a fitted shape
+                k, sgn = fmt.layout_parts(hd.layout)
                 info.update(codebook=hd.codebook, shape="explicit", frequencies=[int(f) for f in hd.table],
-                            table_nbytes=len(fmt.pack_explicit_table(hd.table)))
+                            table_nbytes=len(fmt.pack_explicit_table(hd.table, hd.layout if fmt.explicit_layouts(h.version)
+                                                                     else None)),
+                            symbol_mantissa_bits=1 + k, sign_in_symbol=bool(sgn))   # version 8's layouts
             else:
                 s, q, z = codebook_params(hd.codebook)
                 info.update(codebook=hd.codebook, shape=SHAPES[s].name, phase=(q + 0.5) / PHASES, zero_level=ZERO_LEVELS[z])

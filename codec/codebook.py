@@ -461,6 +461,130 @@ def explicit_pays(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np
     return None
 
 
+# ----------------------------------------------------------------- symbol layouts (format 8, a draft)
+LAYOUT_MAX_EXTRA = 3      # at most this many mantissa bits below the leading one in a symbol
+LAYOUT_SIGN = 4           # layout bit: the sign is in the symbol
+
+
+def layout_parts(layout: int) -> tuple[int, int]:
+    """``(k, s)`` of a format-8 symbol layout: ``k`` mantissa bits below the leading one, ``s`` 1 where
+    the sign is in the symbol."""
+    return layout & 3, (layout >> 2) & 1
+
+
+def symbol_bits(layout: int) -> int:
+    """``b``: the bits of a symbol's key below the exponent field under ``layout`` (1: format 7's)."""
+    k, s = layout_parts(layout)
+    return 1 + k + s
+
+
+def layouts(man_bits: int) -> list[int]:
+    """The symbol layouts of a dtype with ``man_bits`` mantissa bits, in the encoder's order of preference
+    on ties (fewer bits in the symbol first)."""
+    extra = min(LAYOUT_MAX_EXTRA, man_bits - 1)
+    return [k | s * LAYOUT_SIGN for k in range(extra + 1) for s in (0, 1)]
+
+
+def fine_histogram(words: np.ndarray, exp_bits: int, man_bits: int, step: int = 1) -> np.ndarray:
+    """Counts (int64) of the finest key ``(field << (1 + X) | top) << 1 | sign`` of ``words[::step]`` that
+    are not +0 (``top``: the ``1 + X`` high mantissa bits, ``X = min(LAYOUT_MAX_EXTRA, M - 1)``), then one
+    bin for +0: every layout's key histogram is a sum of its bins (:func:`layout_histogram`)."""
+    x = min(LAYOUT_MAX_EXTRA, man_bits - 1)
+    w = np.asarray(words)[::step].astype(np.int64)
+    nb = 1 + exp_bits + man_bits
+    key = ((w & ((1 << (nb - 1)) - 1)) >> (man_bits - 1 - x)) << 1 | (w >> (nb - 1))
+    key = np.where(w == 0, 1 << (exp_bits + 2 + x), key)
+    return np.bincount(key, minlength=(1 << (exp_bits + 2 + x)) + 1).astype(np.int64)
+
+
+def layout_histogram(fine: np.ndarray, exp_bits: int, man_bits: int, layout: int) -> np.ndarray:
+    """The key histogram (``2^(E + b)`` counts, +0 aside) of ``layout`` from a :func:`fine_histogram`."""
+    x = min(LAYOUT_MAX_EXTRA, man_bits - 1)
+    k, s = layout_parts(layout)
+    h = np.asarray(fine[:-1], dtype=np.int64).reshape(1 << exp_bits, 2 << k, 1 << (x - k), 2).sum(axis=2)
+    return (h if s else h.sum(axis=2)).reshape(-1)
+
+
+def _layout_counts(keys: np.ndarray, zeros: int, layout: int) -> tuple[np.ndarray, int]:
+    """``(symbol counts, ref)`` of values with key histogram ``keys`` and ``zeros`` +0 under ``layout``:
+    the window of whole fields that holds the most values (the lowest such), the rest escaped."""
+    b = symbol_bits(layout)
+    per_field = (2 * WINDOW) >> b
+    fields = keys.reshape(-1, 1 << b).sum(axis=1)
+    cover = np.convolve(fields, np.ones(per_field, dtype=np.int64))[per_field - 1:]
+    f0 = int(np.argmax(cover))
+    window = keys[f0 << b:(f0 + per_field) << b]
+    c = np.zeros(N_SYMBOLS, dtype=np.int64)
+    c[SYM_ZERO] = zeros
+    c[SYM_WINDOW0:SYM_WINDOW0 + len(window)] = window
+    c[SYM_ESC] = int(keys.sum()) - int(window.sum())
+    return c, f0 + WINDOW_LOW
+
+
+def _plane_bits(fine: np.ndarray, man_bits: int, layout: int) -> int:
+    """Residual-plane bits per value under ``layout``: the mantissa below the symbol's, and the sign unless
+    the symbol has it or every value not +0 has the same one."""
+    k, s = layout_parts(layout)
+    signs = np.asarray(fine[:-1]).reshape(-1, 2).sum(axis=0)
+    return man_bits - 1 - k + (0 if s else int(bool(signs[0]) and bool(signs[1])))
+
+
+def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: np.ndarray, zeros: int):
+    """``(estimated length, layout, symbol counts, ref, table length)`` of the layout whose unquantised
+    frequencies ``max(1, c * TOTAL // n)`` code the values of ``fine`` (and ``zeros`` +0) in the fewest bits
+    (Q8: code lengths, escapes, table bytes, plane bits), the first of :func:`layouts` on ties."""
+    n_nz = int(np.asarray(fine[:-1]).sum())
+    best = None
+    for layout in layouts(man_bits):
+        c, r = _layout_counts(layout_histogram(fine, exp_bits, man_bits, layout), zeros, layout)
+        ns = int(c.sum())
+        f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)
+        est = explicit_length(c, f, code_lengths) + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS)
+        if best is None or est < best[0]:
+            best = (est, layout, c, r, explicit_table_nbytes(f) * _BYTE_LENGTH)
+    return best
+
+
+def _fitted_total(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,
+                  man_bits: int, skipped_zeros: int) -> int:
+    """Bits (Q8) of the values of ``fine`` under the fitted table ``freq`` at ``ref``: :func:`fitted_length`
+    of their (field, leading bit) histogram, and the plane bits of the values not +0."""
+    hist = np.concatenate([layout_histogram(fine, exp_bits, man_bits, 0), np.asarray(fine[-1:], dtype=np.int64)])
+    n_nz = int(np.asarray(fine[:-1]).sum())
+    return (fitted_length(hist, freq, ref, code_lengths, man_bits, skipped_zeros)
+            + (n_nz * _plane_bits(fine, man_bits, 0) << LENGTH_FRAC_BITS))
+
+
+def explicit_choice_may_pay(sample: np.ndarray, freq: np.ndarray, ref: int, n: int, code_lengths: np.ndarray,
+                            exp_bits: int, man_bits: int, skipped_zeros: int = 0) -> bool:
+    """Format 8's gate before the chunk's full :func:`fine_histogram`: as :func:`explicit_may_pay`, on the
+    fit's sample's fine histogram ``sample`` (less ``skipped_zeros`` sampled +0), with the best layout's
+    unquantised estimate (:func:`_best_layout`) against the fitted table's."""
+    zeros = int(sample[-1]) - skipped_zeros
+    ns = int(np.asarray(sample[:-1]).sum()) + zeros
+    if ns == 0:
+        return False
+    est, _, _, _, tb = _best_layout(sample, man_bits, exp_bits, code_lengths, zeros)
+    saved = _fitted_total(sample, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros) - (est - tb)
+    return saved * n > EXPLICIT_GATE * tb * ns
+
+
+def explicit_choice(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,
+                    man_bits: int, skipped_zeros: int = 0):
+    """Format 8's explicit table for the values of the :func:`fine_histogram` ``fine`` (less ``skipped_zeros``
+    +0): ``(frequencies, layout, ref)``, or None where the fitted table ``freq`` at ``ref`` is estimated no
+    larger.  Integers only: the layout of :func:`_best_layout`, its counts quantised
+    (:func:`explicit_frequencies`), kept where its length, table and plane included, is below the fitted
+    table's (:func:`_fitted_total`)."""
+    _, layout, c, r, _ = _best_layout(fine, man_bits, exp_bits, code_lengths, int(fine[-1]) - skipped_zeros)
+    f = explicit_frequencies(c, code_lengths)
+    n_nz = int(np.asarray(fine[:-1]).sum())
+    length = explicit_length(c, f, code_lengths) + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS)
+    if length < _fitted_total(fine, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros):
+        return f, layout, r
+    return None
+
+
 def top_ref(hist: np.ndarray) -> int:
     """The reference exponent that puts the highest field of the sample ``hist`` (+0 aside) at the top
     of the window (``WINDOW - WINDOW_LOW - 1`` fields above the reference); REF_MIN for a sample of

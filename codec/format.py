@@ -1,4 +1,4 @@
-"""The zipccl stream format, versions 1 to 7: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 8: defined here and nowhere else.
 
 All integers little-endian.  A stream is ``header | chunk table | [header crc] | payloads``::
 
@@ -113,6 +113,25 @@ included, is below the fitted table's (:func:`codec.codebook.explicit_pays`).  E
 version 6's, byte for byte.  Every encoder (reference, numba, and the device ones through
 codegen.device's host-side choice) writes it by default (``WRITE_VERSION``); every decoder reads it.
 
+Version 8 (a draft: the reference codec writes it where ``WRITE_VERSION`` is 8, the numba decoder hands its
+streams to the reference, the device decoders refuse them) adds symbol layouts to explicit tables: a
+symbol may carry ``k`` mantissa bits below the leading one (0 <= k <= min(LAYOUT_MAX_EXTRA, M - 1)) and
+the sign, where that chunk's values leave information there (the mantissa of fp8 and of subnormals is not
+uniform; the sign of GELU outputs and of attention scores depends on the magnitude; measured by
+``bench/probes/symbol_study.py``).  A version-8 explicit table starts with one more byte::
+
+    u8 layout                     k | LAYOUT_SIGN (bit 2: the sign is in the symbol); other bits 0
+    u8 lo | u8 count | varints    as version 7's
+
+With ``b = 1 + k + (1 if the sign is in the symbol else 0)`` bits below the field, a non-zero value's key
+is ``field << b | top << s | sign`` (``top``: its ``1 + k`` high mantissa bits; ``s`` 1 and ``sign`` its
+sign bit with LAYOUT_SIGN, else 0 and nothing), window symbol ``SYM_WINDOW0 + j`` stands for the key
+``((ref - WINDOW_LOW) << b) + j``, and an escape's u16 is its key.  The residual plane holds the
+mantissa below the symbol's bits: as version 7's with ``M - k`` for ``M`` (:func:`plane_width`,
+``shift + narrow <= M - 1 - k``).  With LAYOUT_SIGN the head's sign mode is SIGN_POSITIVE (the plane
+has no sign; the symbol's is the value's).  Layout 0 is version 7's table and symbols.  The encoder's
+choice: :func:`codec.codebook.explicit_choice`.
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
 (:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
@@ -131,19 +150,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codebook import FAMILY_VERSION, N_SYMBOLS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, n_codebooks
+from .codebook import (FAMILY_VERSION, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, N_SYMBOLS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL,
+                       WINDOW, WINDOW_LOW, layout_parts, n_codebooks, symbol_bits)
 from .layouts import FloatLayout, layout_by_code, pack_bits, packed_nbytes, unpack_bits
 from .records import Record
 
 MAGIC = b"ZCCL"
 FORMAT_VERSION = 7                   # what the encoders write by default (the golden streams' newest version)
-READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # what the decoders read
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)   # what the decoders read (8: a draft, see "Version 8" above)
 #: what the encoders write: FORMAT_VERSION, or 6 (no explicit tables: the version-6 bytes of every chunk,
-#: which ``bench.ratio --format 6`` and the A/B benchmarks set to measure what version 7 adds)
+#: which ``bench.ratio --format 6`` and the A/B benchmarks set to measure what version 7 adds), or 8 (the
+#: draft symbol layouts, written by the reference encoder only: ``bench.ratio --format 8``)
 WRITE_VERSION = FORMAT_VERSION
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2}   # the codebook family each format version's streams use
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2}   # the codebook family each format version's streams use
 CB_EXPLICIT = 0xFFFF                 # version 7: a coded chunk's own frequency table follows its head
-EXPLICIT_MAX_BYTES = 2 + 2 * 2 + 80 * 2   # u8 lo, u8 count, 2 + 80 varints of at most 2 bytes (f <= TOTAL < 2^14)
+EXPLICIT_MAX_BYTES = 3 + 2 * 2 + 80 * 2   # (v8: u8 layout,) u8 lo, u8 count, 2 + 80 varints of at most 2 bytes (f <= TOTAL < 2^14)
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
@@ -251,21 +272,36 @@ def explicit_tables(version: int) -> bool:
     return version >= 7
 
 
-def pack_explicit_table(f) -> bytes:
+def explicit_layouts(version: int) -> bool:
+    """Whether a version-``version`` stream's explicit tables start with a symbol layout byte (version 8)."""
+    return version >= 8
+
+
+def pack_explicit_table(f, layout: int | None = None) -> bytes:
     """The explicit table of the frequencies ``f`` (N_SYMBOLS of them, summing to TOTAL): the window
-    symbols from the first to the last with a non-zero frequency."""
+    symbols from the first to the last with a non-zero frequency; with a version-8 ``layout``, that byte
+    first."""
     f = [int(v) for v in f]
     used = [j for j in range(2 * WINDOW) if f[SYM_WINDOW0 + j]]
     lo, count = (used[0], used[-1] - used[0] + 1) if used else (0, 0)
-    return bytes([lo, count]) + b"".join(_varint(v) for v in [f[SYM_ZERO], f[SYM_ESC]]
+    return bytes(([] if layout is None else [layout]) + [lo, count]) + b"".join(_varint(v) for v in [f[SYM_ZERO], f[SYM_ESC]]
                                          + f[SYM_WINDOW0 + lo:SYM_WINDOW0 + lo + count])
 
 
-def parse_explicit_table(mv, pos: int, end: int, ref: int, lay: FloatLayout, i: int = 0):
-    """``(frequencies, next offset)`` of the explicit table at ``mv[pos:end]`` of chunk ``i`` (whose head
-    says ``ref``); raises :class:`FormatError` (FAULT_TABLE) naming what is wrong."""
+def parse_explicit_table(mv, pos: int, end: int, ref: int, lay: FloatLayout, i: int = 0, version: int = 7):
+    """``(frequencies, next offset, symbol layout)`` of the explicit table at ``mv[pos:end]`` of chunk ``i``
+    (whose head says ``ref``) in a version-``version`` stream (layout 0 before version 8); raises
+    :class:`FormatError` (FAULT_TABLE) naming what is wrong."""
     def bad(what):
         return chunk_fault(i, FAULT_TABLE, what=what)
+    layout = 0
+    if explicit_layouts(version):
+        if end - pos < 1:
+            raise bad("payload ends before its symbol layout")
+        layout = int(mv[pos])
+        pos += 1
+        if layout & ~(3 | LAYOUT_SIGN) or layout_parts(layout)[0] > min(LAYOUT_MAX_EXTRA, lay.man_bits - 1):
+            raise bad(f"symbol layout {layout:#x} undefined for {lay.name}")
     if end - pos < 2:
         raise bad("payload ends inside its symbol range")
     lo, count = int(mv[pos]), int(mv[pos + 1])
@@ -292,11 +328,11 @@ def parse_explicit_table(mv, pos: int, end: int, ref: int, lay: FloatLayout, i: 
         f[s] = v
     if int(f.sum()) != TOTAL:
         raise bad(f"frequencies sum to {int(f.sum())}, not {TOTAL}")
-    fields = ref - WINDOW_LOW + (np.arange(2 * WINDOW) >> 1)
+    fields = ref - WINDOW_LOW + (np.arange(2 * WINDOW) >> symbol_bits(layout))
     outside = (f[SYM_WINDOW0:] > 0) & ((fields < 0) | (fields > (1 << lay.exp_bits) - 1))
     if outside.any():
         raise bad(f"exponent field {int(fields[np.flatnonzero(outside)[0]])} outside {lay.name}'s")
-    return f, pos
+    return f, pos, layout
 
 
 def _varint_nbytes(v):
@@ -421,6 +457,7 @@ class ChunkHead:
     states: int                       # offset of the rANS states
     words: int                        # offset of the rANS words
     table: np.ndarray | None = None   # (N_SYMBOLS,) int64 frequencies of an explicit table (version 7)
+    layout: int = 0                   # its symbol layout (version 8; 0: version 7's symbols)
 
 
 def crc32c(data, value: int = 0) -> int:
@@ -786,11 +823,17 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
         raise chunk_fault(i, FAULT_CODEBOOK, codebook=cb, family=h.family_version,
                           last=n_codebooks(h.family_version) - 1)
     pos = a + CHUNK_HEAD.size
-    table = None
+    table, layout = None, 0
     if explicit:
-        table, pos = parse_explicit_table(mv, pos - shift_at, min(b - shift_at, len(mv)), ref,
-                                          h.layout, i)
+        table, pos, layout = parse_explicit_table(mv, pos - shift_at, min(b - shift_at, len(mv)), ref,
+                                                  h.layout, i, h.version)
         pos += shift_at
+        k, s = layout_parts(layout)
+        if s and hd.sign != SIGN_POSITIVE:
+            raise chunk_fault(i, FAULT_TABLE, what=f"the sign is in the symbols but the sign mode is {hd.sign}, "
+                                                   f"not {SIGN_POSITIVE}")
+        if shift + hd.narrow > h.layout.man_bits - 1 - k:
+            raise chunk_fault(i, FAULT_SHIFT, shift=shift, narrow=hd.narrow, low=h.layout.man_bits - 1 - k)
     zero_blocks, n_coded = None, n
     if mode:
         nb = -(-n // (1 << mode))
@@ -805,12 +848,12 @@ def parse_chunk_head(h: Header, buf, i: int, prefix=None) -> ChunkHead:
             raise chunk_fault(i, FAULT_EMPTY)
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         raise chunk_fault(i, FAULT_COUNTS, n_sm=n_sm, n_esc=n_esc, n_words=n_words, n_coded=n_coded)
-    tail = (4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, plane_width(h.layout.man_bits, shift, hd.sign, hd.narrow))
-            + 2 * n_esc)
+    width = plane_width(h.layout.man_bits - layout_parts(layout)[0], shift, hd.sign, hd.narrow)
+    tail = 4 * lanes(n_coded) + 2 * n_words + packed_nbytes(n_sm, width) + 2 * n_esc
     if pos + tail != b:
         raise chunk_fault(i, FAULT_SIZE, size=b - a, implied=pos + tail - a)
     return ChunkHead(cb, ref, shift, mode, hd.sign, hd.narrow, n_sm, n_esc, n_words, n_coded, zero_blocks, pos,
-                     pos + 4 * lanes(n_coded), table)
+                     pos + 4 * lanes(n_coded), table, layout)
 
 
 def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> dict:
@@ -855,12 +898,16 @@ def parse_chunk_heads(h: Header, ids, prefixes: np.ndarray, at: np.ndarray) -> d
     for j in np.flatnonzero((fault == 0) & explicit):
         extent = min(int(b[j] - a[j]), chunk_head_extent(h, int(ids[j])))
         try:
-            tables[j], end = parse_explicit_table(prefixes, int(at[j]) + CHUNK_HEAD.size, int(at[j]) + extent,
-                                                  int(rows["ref"][j]), h.layout, int(ids[j]))
+            tables[j], end, layout = parse_explicit_table(prefixes, int(at[j]) + CHUNK_HEAD.size, int(at[j]) + extent,
+                                                          int(rows["ref"][j]), h.layout, int(ids[j]), h.version)
         except FormatError as e:
             fault[j] = FAULT_TABLE
             table_errors[j] = e
             continue
+        if layout:           # the head's other checks first: a forged chunk gets its FormatError
+            parse_chunk_head(h, None, int(ids[j]), prefix=prefixes[int(at[j]):int(at[j]) + chunk_head_extent(h, int(ids[j]))])
+            raise NotImplementedError(f"chunk {int(ids[j])}: symbol layout {layout} (format 8, a draft) is decoded "
+                                      "by the reference and numba backends only")
         pos[j] += end - int(at[j]) - CHUNK_HEAD.size
     n_coded = n.copy()
     zero_blocks = [None] * m

@@ -617,6 +617,8 @@ def encode_payloads(words, lay, chunk_size: int, head_nbytes: int, kernels=None)
     freq, cum = clipped_tables(cb, ref, lay)
     tables = torch.zeros_like(n_coded)                 # bytes of each candidate's explicit table (format 7)
     table_bytes = {}
+    if fmt.explicit_layouts(fmt.WRITE_VERSION):
+        raise NotImplementedError("format 8 (a draft) is written by the reference encoder only")
     if fmt.explicit_tables(fmt.WRITE_VERSION):
         cb, freq, cum, tables, table_bytes = _explicit_tables(words, lay, cs, cc, csk, n_coded, hist, cb, ref, freq,
                                                               cum)

@@ -35,7 +35,8 @@ import numpy as np
 
 from codec import format as fmt
 from codec.codebook import (PROB_BITS, SYM_ESC, SYM_WINDOW0, SYM_ZERO, WINDOW, WINDOW_LOW, chunk_tables,
-                            EXPLICIT_STEP, explicit_may_pay, explicit_pays, frequency_tables, load_family, sample_histogram,
+                            EXPLICIT_STEP, explicit_choice, explicit_choice_may_pay, fine_histogram, layout_parts,
+                            symbol_bits, explicit_may_pay, explicit_pays, frequency_tables, load_family, sample_histogram,
                             sample_step, select_codebook)
 from codec.format import (CHUNK_HEAD, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE, RANS_L, SIGN_NEGATIVE,
                           SIGN_POSITIVE, SIGN_STORED, ZERO_BLOCK_MODES, FormatError, Header, lanes, pack_sparse,
@@ -120,10 +121,19 @@ def rans_decode(states: np.ndarray, words: list[np.ndarray], n: int, tables: lis
 
 
 # ------------------------------------------------------------------------ symbols
-def _symbols(e: np.ndarray, lead: np.ndarray, zero: np.ndarray, ref: int, freq: np.ndarray) -> np.ndarray:
-    j = e.astype(np.int64) - ref + WINDOW_LOW
-    inside = (j >= 0) & (j < WINDOW)
-    sym = np.where(inside, SYM_WINDOW0 + 2 * np.clip(j, 0, WINDOW - 1) + lead, SYM_ESC)
+def _keys(e: np.ndarray, sm: np.ndarray, M: int, layout: int) -> np.ndarray:
+    """Each value's key under symbol ``layout`` (codec.format, version 8): ``field << b | top << s | sign``
+    (layout 0: ``field << 1 | leading mantissa bit``)."""
+    k, s = layout_parts(layout)
+    top = (sm.astype(np.int64) >> (M - 1 - k)) & ((2 << k) - 1)
+    key = (e.astype(np.int64) << (1 + k)) | top
+    return (key << 1) | (sm.astype(np.int64) >> M) if s else key
+
+
+def _symbols(key: np.ndarray, b: int, zero: np.ndarray, ref: int, freq: np.ndarray) -> np.ndarray:
+    j = key - ((ref - WINDOW_LOW) << b)
+    inside = (j >= 0) & (j < 2 * WINDOW)
+    sym = np.where(inside, SYM_WINDOW0 + np.clip(j, 0, 2 * WINDOW - 1), SYM_ESC)
     sym = np.where(freq[sym] > 0, sym, SYM_ESC)
     if freq[SYM_ZERO] > 0:
         sym = np.where(zero, SYM_ZERO, sym)
@@ -161,7 +171,11 @@ def encode_chunks(words: np.ndarray, lay: FloatLayout, chunk_size: int, *, rans=
             continue
         step = sample_step(n)
         hists = [sample_histogram(row, lay.exp_bits, lay.man_bits, step) for row in block[rows]]
-        xhists = [sample_histogram(row, lay.exp_bits, lay.man_bits, EXPLICIT_STEP) for row in block[rows]]
+        if fmt.explicit_layouts(fmt.WRITE_VERSION):     # format 8: the finer histograms its layouts need
+            xhists = [(fine_histogram(row, lay.exp_bits, lay.man_bits, step), fine_histogram(row, lay.exp_bits, lay.man_bits))
+                      for row in block[rows]]
+        else:
+            xhists = [sample_histogram(row, lay.exp_bits, lay.man_bits, EXPLICIT_STEP) for row in block[rows]]
         candidates = [_coded_payloads(block[rows], lay, fam, hists=hists, xhists=xhists, rans=rans)]
         for mode in ZERO_BLOCK_MODES:
             candidates.append(_sparse_payloads(block[rows], mode, lay, fam, rans, hists, xhists, step))
@@ -195,8 +209,14 @@ def _sparse_payloads(block: np.ndarray, mode: int, lay: FloatLayout, fam, rans, 
         bitmap = np.packbits(zero_blocks.astype(np.uint8), bitorder="little").tobytes()
         hist = hist.copy()
         hist[-1] -= int((~kept[::step]).sum())
-        xhist = xhist.copy()
-        xhist[-1] -= int((~kept[::EXPLICIT_STEP]).sum())
+        if isinstance(xhist, tuple):              # format 8: fine sample and full histograms
+            a, f = xhist[0].copy(), xhist[1].copy()
+            a[-1] -= int((~kept[::step]).sum())
+            f[-1] -= int((~kept).sum())
+            xhist = (a, f)
+        else:
+            xhist = xhist.copy()
+            xhist[-1] -= int((~kept[::EXPLICIT_STEP]).sum())
         out.append(_coded_payloads(row[kept][None, :], lay, fam, hists=[hist], xhists=[xhist], mode=mode, bitmaps=[bitmap],
                                    rans=rans)[0])
     return out
@@ -219,7 +239,6 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
     M = lay.man_bits
     e, sm = split(sub, lay)
     sm = sm.astype(np.uint32)
-    lead = (sm >> (M - 1)) & 1
     low = sm & ((1 << (M - 1)) - 1)
     sign = sm >> M
     zero = sub == 0
@@ -231,7 +250,19 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
              for hist, z, nl, s1 in stats]
     tables = [chunk_tables(cb, ref, lay.exp_bits, lay.has_inf) for cb, ref in heads]
     explicit = [b""] * len(heads)
-    if fmt.explicit_tables(fmt.WRITE_VERSION):       # format 7: the chunk's own table where it pays
+    layouts = [0] * len(heads)
+    if fmt.explicit_layouts(fmt.WRITE_VERSION):      # format 8: the chunk's own table and symbol layout
+        for j, (cb, ref) in enumerate(heads):
+            sample, full = xhists[j]
+            if not explicit_choice_may_pay(sample, tables[j][0], ref, n, fam.code_lengths, lay.exp_bits, M):
+                continue
+            got = explicit_choice(full, tables[j][0], ref, fam.code_lengths, lay.exp_bits, M)
+            if got is not None:
+                f, layouts[j], r = got
+                heads[j] = (fmt.CB_EXPLICIT, r)
+                tables[j] = frequency_tables(f)
+                explicit[j] = fmt.pack_explicit_table(f, layouts[j])
+    elif fmt.explicit_tables(fmt.WRITE_VERSION):       # format 7: the chunk's own table where it pays
         for j, ((cb, ref), hist) in enumerate(zip(heads, hists)):
             if not explicit_may_pay(hist, tables[j][0], ref, n, fam.code_lengths, M):
                 continue
@@ -240,7 +271,9 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
                 heads[j] = (fmt.CB_EXPLICIT, ref)
                 tables[j] = frequency_tables(f)
                 explicit[j] = fmt.pack_explicit_table(f)
-    sym = np.stack([_symbols(e[j], lead[j], zero[j], ref, tables[j][0]) for j, (cb, ref) in enumerate(heads)])
+    keys = [_keys(e[j], sm[j], M, layouts[j]) for j in range(len(heads))]
+    sym = np.stack([_symbols(keys[j], symbol_bits(layouts[j]), zero[j], ref, tables[j][0])
+                    for j, (cb, ref) in enumerate(heads)])
     freq = np.stack([t[0] for t in tables]).astype(np.int64)
     cum = np.stack([t[1][:-1] for t in tables]).astype(np.int64)
     states, words = rans(sym, freq, cum, lanes(n))
@@ -248,19 +281,22 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
     for j, (cb, ref) in enumerate(heads):
         keep = sym[j] != SYM_ZERO
         is_esc = sym[j] == SYM_ESC
-        shift = _trailing_zeros(int(np.bitwise_or.reduce(low[j][keep])), M - 1)
+        xk, xs = layout_parts(layouts[j])
+        mk = M - xk                            # the plane's mantissa: below the symbol's bits
+        lowk = low[j][keep] & ((1 << (mk - 1)) - 1)
+        shift = _trailing_zeros(int(np.bitwise_or.reduce(lowk)), mk - 1)
         signs = sign[j][keep]
-        mode_s = sign_mode(signs)
-        residual = (np.where(mode_s == SIGN_STORED, signs, 0) << (M - 1 - shift)) | (low[j][keep] >> shift)
+        mode_s = SIGN_POSITIVE if xs else sign_mode(signs)
+        residual = (np.where(mode_s == SIGN_STORED, signs, 0) << (mk - 1 - shift)) | (lowk >> shift)
         # without the sign on top, the high bits that every residual leaves zero go too (small subnormals)
-        narrow = 0 if mode_s == SIGN_STORED else M - 1 - shift - int(np.bitwise_or.reduce(residual, initial=0)).bit_length()
+        narrow = 0 if mode_s == SIGN_STORED else mk - 1 - shift - int(np.bitwise_or.reduce(residual, initial=0)).bit_length()
         narrow = max(narrow, 0)
-        esc = (e[j][is_esc].astype(np.uint16) << 1) | lead[j][is_esc].astype(np.uint16)
+        esc = keys[j][is_esc].astype(np.uint16)
         out.append(b"".join([CHUNK_HEAD.pack(codebook=cb, ref=ref, shift=shift, mode=mode, sign=mode_s, narrow=narrow,
                                              n_sm=int(keep.sum()), n_esc=len(esc), n_words=len(words[j])),
                              explicit[j], bitmaps[j] if mode else b"",
                              states[j].astype("<u4").tobytes(), words[j].astype("<u2").tobytes(),
-                             pack_bits(residual, plane_width(M, shift, mode_s, narrow)), esc.astype("<u2").tobytes()]))
+                             pack_bits(residual, plane_width(mk, shift, mode_s, narrow)), esc.astype("<u2").tobytes()]))
     return out
 
 
@@ -324,23 +360,27 @@ def _decode_group(h, mv, items, n, out, base):
         if int(keep.sum()) != hd.n_sm or int(is_esc.sum()) != hd.n_esc:
             raise FormatError(f"chunk {i}: decoded symbols disagree with the header counts")
         shift = hd.shift
+        xk, xs = layout_parts(hd.layout)
+        b = symbol_bits(hd.layout)
+        mk = M - xk                          # the plane's mantissa: below the symbol's bits
         pos = hd.words + 2 * hd.n_words
-        width = plane_width(M, shift, hd.sign, hd.narrow)
+        width = plane_width(mk, shift, hd.sign, hd.narrow)
         plane = packed_nbytes(hd.n_sm, width)
         residual = unpack_bits(mv[pos:pos + plane], hd.n_sm, width)
         if hd.sign == SIGN_NEGATIVE:
-            residual |= np.uint32(1 << (M - 1 - shift))
+            residual |= np.uint32(1 << (mk - 1 - shift))
         esc = mv[pos + plane:pos + plane + 2 * hd.n_esc].view("<u2").astype(np.int64)
-        e = (s - SYM_WINDOW0) // 2 + hd.ref - WINDOW_LOW
-        lead = (s - SYM_WINDOW0) & 1
-        e[is_esc] = esc >> 1
-        lead[is_esc] = esc & 1
-        e = np.where(keep, e, 0)
+        key = (s - SYM_WINDOW0) + ((hd.ref - WINDOW_LOW) << b)
+        key[is_esc] = esc
+        e = np.where(keep, key >> b, 0)
         if e.min() < 0 or e.max() > top:
             raise FormatError(f"chunk {i}: exponent field out of range for {lay.name}")
+        sub = (key[keep] & ((1 << b) - 1)).astype(np.uint32)
         sm = np.zeros(n, dtype=np.uint32)
-        sm[keep] = (((residual >> (M - 1 - shift)) << M) | (lead[keep].astype(np.uint32) << (M - 1))
-                    | ((residual & ((1 << (M - 1 - shift)) - 1)) << shift))
+        sm[keep] = (((residual >> (mk - 1 - shift)) << M) | ((sub >> xs) << (mk - 1))
+                    | ((residual & ((1 << (mk - 1 - shift)) - 1)) << shift))
+        if xs:
+            sm[keep] |= (sub & 1) << M
         values = join(e.astype(np.uint32), sm, lay)
         lo = i * h.chunk_size - base
         n_chunk = h.chunk_len(i)

@@ -1,0 +1,168 @@
+"""Format 8 (a draft): explicit tables whose symbols carry more of each value (mantissa bits below the
+leading one, the sign) where the chunk's values leave information there.  Written by the reference
+encoder where codec.format.WRITE_VERSION is 8; read by the reference (the numba backend hands these
+streams to it); refused by the device decoders' head parse until their kernels have the layouts."""
+import numpy as np
+import pytest
+
+import codec
+from codec import codebook as cbk
+from codec import format as fmt
+from tests.helpers import assert_bit_equal, bits, np_dtype
+from tests.test_explicit_tables import _mixed_scales
+
+DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2")
+
+
+@pytest.fixture
+def v8(monkeypatch):
+    monkeypatch.setattr(fmt, "WRITE_VERSION", 8)
+
+
+def _layouts_of(blob) -> list:
+    """The symbol layout of each chunk with an explicit table (None for the other chunks)."""
+    h = fmt.parse_header(blob)
+    out = []
+    for i in range(h.n_chunks):
+        hd = fmt.parse_chunk_head(h, blob, i) if h.kinds[i] == fmt.KIND_CODED else None
+        out.append(hd.layout if hd is not None and hd.table is not None else None)
+    return out
+
+
+def _layout_input(dtype, n, seed):
+    """Values at mixed scales (no one shape of the family fits them), runs of +0, and a sign that follows
+    the magnitude (negative below 0.01 in magnitude, as GELU's): every layout's explicit table beats the
+    fitted one on them."""
+    x = _mixed_scales(dtype, n, seed, zero_runs=True).astype(np.float64)
+    return np.where(np.abs(x) < 0.01, -np.abs(x), np.abs(x)).astype(np_dtype(dtype))
+
+
+def _gelu(n, seed):
+    x = np.random.default_rng(seed).standard_normal(n)
+    return x * 0.5 * (1 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+
+def _cases():
+    for dtype in DTYPES:
+        man_bits = codec.layouts.layout_named(dtype).man_bits
+        for layout in cbk.layouts(man_bits):
+            yield dtype, layout
+
+
+@pytest.mark.parametrize("dtype, layout", list(_cases()))
+def test_every_layout_round_trips(v8, monkeypatch, dtype, layout):
+    """Each layout forced on every chunk that takes an explicit table (values at mixed scales, both signs,
+    runs of +0, escapes where the layout's window is narrow): the stream says that layout, decodes to the
+    same bits on every host path, and the input is left as it was."""
+    monkeypatch.setattr(cbk, "layouts", lambda man_bits: [layout])
+    x = _layout_input(dtype, 12000, 7)
+    before = bits(x).copy()
+    blob = bytes(codec.encode(x, chunk_size=4096, checksum=True, backend="reference"))
+    assert blob[4] == 8
+    assert layout in _layouts_of(blob), "the input was built to need explicit tables"
+    assert np.array_equal(bits(x), before)
+    for backend in ("reference", "numba"):
+        assert_bit_equal(codec.decode(blob, backend=backend), x)
+
+
+@pytest.mark.parametrize("dtype, values, sign_in_symbol", [
+    ("float8_e4m3fn", lambda: np.random.default_rng(1).standard_normal(1 << 15) * 0.02, False),
+    ("float16", lambda: np.random.default_rng(2).standard_normal(1 << 15) * 1e-6, False),   # subnormals
+    ("bfloat16", lambda: _gelu(1 << 15, 3), True),
+    ("float8_e5m2", lambda: _gelu(1 << 15, 4), True),
+])
+def test_layouts_pay_where_the_values_leave_information(dtype, values, sign_in_symbol):
+    """Where the mantissa below the leading bit is not uniform (fp8, subnormals) or the sign depends on the
+    magnitude (GELU), format 8 picks a layout with those bits in the symbol and writes a smaller stream
+    than format 7; its choice is never larger than format 7's explicit table by more than its layout byte."""
+    x = values().astype(np_dtype(dtype))
+    fmt.WRITE_VERSION = 7
+    try:
+        b7 = bytes(codec.encode(x, chunk_size=8192, backend="reference"))
+        fmt.WRITE_VERSION = 8
+        b8 = bytes(codec.encode(x, chunk_size=8192, backend="reference"))
+    finally:
+        fmt.WRITE_VERSION = fmt.FORMAT_VERSION
+    chosen = [lay for lay in _layouts_of(b8) if lay is not None]
+    assert chosen and all(lay != 0 for lay in chosen)
+    assert all(bool(lay & cbk.LAYOUT_SIGN) == sign_in_symbol for lay in chosen)
+    assert len(b8) < len(b7)
+    info = codec.inspect(b8)["chunks"][0]
+    assert info["shape"] == "explicit" and info["sign_in_symbol"] == sign_in_symbol
+    assert_bit_equal(codec.decode(b8), x)
+
+
+def _one_chunk(layout, dtype="bfloat16"):
+    """A version-8 stream with a chunk whose explicit table has ``layout``: the stream, that chunk's index
+    and the offset of its payload."""
+    fmt.WRITE_VERSION = 8
+    orig = cbk.layouts
+    cbk.layouts = lambda man_bits: [layout]
+    try:
+        blob = bytes(codec.encode(_layout_input(dtype, 12000, 7), chunk_size=4096, backend="reference"))
+    finally:
+        fmt.WRITE_VERSION = fmt.FORMAT_VERSION
+        cbk.layouts = orig
+    i = _layouts_of(blob).index(layout)
+    return bytearray(blob), i, fmt.parse_header(blob).chunk_span(i)[0]
+
+
+def _head(field):
+    return fmt.CHUNK_HEAD.offset[field]
+
+
+@pytest.mark.parametrize("layout, dtype, at, value, message", [
+    (1, "bfloat16", fmt.CHUNK_HEAD.size, 0x08, "symbol layout 0x8 undefined for bfloat16"),
+    (2, "float8_e4m3fn", fmt.CHUNK_HEAD.size, 3, "symbol layout 0x3 undefined for float8_e4m3fn"),
+    (4, "bfloat16", _head("sign"), fmt.SIGN_STORED, "the sign is in the symbols but the sign mode is 0"),
+    (1, "bfloat16", _head("shift"), 6, "shift 6 and narrow 0 exceed the 5 low mantissa bits"),
+])
+def test_forged_layouts_are_refused(layout, dtype, at, value, message):
+    """A layout byte, or a head that disagrees with its layout, forged: FormatError naming what is wrong,
+    from every host decoder and from the device decoders' head parse."""
+    blob, i, a = _one_chunk(layout, dtype)
+    blob[a + at] = value
+    for backend in ("reference", "numba"):
+        with pytest.raises(codec.FormatError, match=message):
+            codec.decode(bytes(blob), backend=backend)
+    h = fmt.parse_header(bytes(blob))
+    prefix = np.frombuffer(bytes(blob), np.uint8)[a:a + fmt.chunk_head_extent(h, i)]
+    with pytest.raises(codec.FormatError, match=f"chunk {i}: .*({message})"):
+        fmt.parse_chunk_heads(h, [i], prefix, np.array([0]))
+
+
+def test_escapes_outside_the_dtype_are_refused():
+    """An escape whose key names a field above the dtype's: FormatError, not a wrong value."""
+    blob, i, a = _one_chunk(7)                           # 2 fields in the window: many escapes
+    h = fmt.parse_header(bytes(blob))
+    hd = fmt.parse_chunk_head(h, bytes(blob), i)
+    assert hd.n_esc > 0
+    end = h.chunk_span(i)[1]
+    blob[end - 2:end] = (0xFFFF).to_bytes(2, "little")
+    with pytest.raises(codec.FormatError, match="exponent field out of range for bfloat16"):
+        codec.decode(bytes(blob))
+
+
+def test_device_head_parse_refuses_layouts_it_cannot_decode():
+    """The device decoders have no symbol layouts yet: their head parse says so instead of misdecoding."""
+    blob, i, a = _one_chunk(4)
+    h = fmt.parse_header(bytes(blob))
+    prefix = np.frombuffer(bytes(blob), np.uint8)[a:a + fmt.chunk_head_extent(h, i)]
+    with pytest.raises(NotImplementedError, match="symbol layout 4"):
+        fmt.parse_chunk_heads(h, [i], prefix, np.array([0]))
+
+
+def test_layout_histograms_are_sums_of_the_fine_one():
+    """codec.codebook.layout_histogram against keys computed value by value."""
+    x = _mixed_scales("float16", 4096, 9, zero_runs=True)
+    w = bits(x).astype(np.int64)
+    fine = cbk.fine_histogram(w, 5, 10)
+    assert int(fine[-1]) == int((w == 0).sum())
+    nz = w[w != 0]
+    for layout in cbk.layouts(10):
+        k, s = cbk.layout_parts(layout)
+        key = ((nz >> 10) & 31) << (1 + k) | ((nz >> (9 - k)) & ((2 << k) - 1))
+        if s:
+            key = key << 1 | (nz >> 15)
+        want = np.bincount(key, minlength=32 << cbk.symbol_bits(layout))
+        assert np.array_equal(cbk.layout_histogram(fine, 5, 10, layout), want)
