@@ -19,10 +19,10 @@ from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from . import format as fmt
-from .codebook import (ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
+from .codebook import (ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
                        SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS,
                        load_family, n_codebooks)
-from .format import (CB_EXPLICIT, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
+from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
                      FAULT_MODE, FAULT_RANS_END, FAULT_RANS_STATE, FAULT_SHIFT, FAULT_SHORT, FAULT_SIZE,
                      FAULT_SPARSE, FAULT_SYMBOLS, FAULT_TABLE, HEAD_FAULTS, KIND_CODED, KIND_CONST, KIND_RAW, KIND_SPARSE,
                      MAX_LANES, RANS_L, SPARSE_GAP_BYTES,
@@ -1527,8 +1527,8 @@ def _crcs(dst, pos, sizes) -> list:
 
 # fields of a coded chunk's decode parameters (``prm``), filled by _open_chunk
 (_P_N, _P_NCODED, _P_K, _P_WP, _P_WEND, _P_PLANE, _P_ESC, _P_NSM, _P_NESC, _P_FULL, _P_REM, _P_SHIFT, _P_REF,
- _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED, _P_NEG) = range(21)
-_N_PRM = 21
+ _P_MODE, _P_BS, _P_BITMAP, _P_DENSE, _P_VSAFE, _P_FAST, _P_RANKED, _P_NEG, _P_LAYOUT) = range(22)
+_N_PRM = 22
 
 
 @njit(cache=True, inline="always")
@@ -1581,9 +1581,19 @@ _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
 
 
 @njit(cache=True)
-def _read_table(buf, p, b, ref, E, f):
-    """Read the explicit table at ``buf[p:b]`` into ``f``; the offset after it, or -1 where it is malformed
-    (the checks of codec.format.parse_explicit_table, which then says what is wrong)."""
+def _read_table(buf, p, b, ref, E, M, layouts, f, lay):
+    """Read the explicit table at ``buf[p:b]`` into ``f`` (and, with ``layouts``, format 8's symbol layout
+    into ``lay[0]``); the offset after it, or -1 where it is malformed (the checks of
+    codec.format.parse_explicit_table, which then says what is wrong)."""
+    lay[0] = 0
+    if layouts:
+        if b - p < 1:
+            return -1
+        lay[0] = np.int64(buf[p])
+        p += 1
+        if lay[0] & ~(3 | LAYOUT_SIGN) or (lay[0] & 3) > min(LAYOUT_MAX_EXTRA, M - 1):
+            return -1
+    bits = 1 + (lay[0] & 3) + ((lay[0] >> 2) & 1)
     if b - p < 2:
         return -1
     lo = np.int64(buf[p])
@@ -1613,7 +1623,7 @@ def _read_table(buf, p, b, ref, E, f):
     if total != TOTAL:
         return -1
     for j in range(2 * WINDOW):
-        field = ref - WINDOW_LOW + (j >> 1)
+        field = ref - WINDOW_LOW + (j >> bits)
         if f[SYM_WINDOW0 + j] > 0 and (field < 0 or field > (1 << E) - 1):
             return -1
     return p
@@ -1649,10 +1659,15 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     p = a + _HEAD
     f = np.empty(N_SYMBOLS, np.int64)
     cum = np.empty(N_SYMBOLS + 1, np.int64)
+    lay = np.zeros(1, np.int64)
     if explicit:                        # format 7: the chunk's own table (codec.format.parse_explicit_table)
-        p = _read_table(buf, p, b, ref, E, f)
+        p = _read_table(buf, p, b, ref, E, M, limits[4], f, lay)
         if p < 0:
             return FAULT_TABLE
+        if (lay[0] & LAYOUT_SIGN) and sign != SIGN_POSITIVE:     # format 8: the sign in the symbols
+            return FAULT_TABLE
+        if shift + narrow > M - 1 - (lay[0] & 3):
+            return FAULT_SHIFT
         cum[0] = 0
         for s in range(N_SYMBOLS):
             cum[s + 1] = cum[s] + f[s]
@@ -1678,7 +1693,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     if n_sm > n_coded or n_esc > n_sm or n_words > n_coded:
         return FAULT_COUNTS
     k = _lanes(n_coded)
-    width = _plane_width(M, shift, sign, narrow)
+    width = _plane_width(M - (lay[0] & 3), shift, sign, narrow)
     plane = _packed_nbytes(n_sm, width)
     if p + 4 * k + 2 * n_words + plane + 2 * n_esc != b:
         return FAULT_SIZE
@@ -1699,7 +1714,8 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     wend = p + 4 * k + 2 * n_words
     full = width // 8
     rem = width % 8
-    dense = mode == 0 and n_sm == n_coded
+    # (format 8's layouts assemble their values one at a time, in _finish_chunk's general pass)
+    dense = mode == 0 and n_sm == n_coded and lay[0] == 0
     # values below v_safe may be assembled 16 at a time: the residual reader loads 16 bytes from
     # the first remainder byte of the 16 values, which must stay inside ``buf``
     v_safe = 0
@@ -1726,6 +1742,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     prm[_P_FAST] = n_coded // k if k % LANES == 0 else 0     # full rounds the SIMD path may take
     prm[_P_RANKED] = ranked
     prm[_P_NEG] = sign == SIGN_NEGATIVE      # the sign the decoder puts back (codec._simd: em's flag)
+    prm[_P_LAYOUT] = lay[0]
     return 0
 
 
@@ -1854,7 +1871,12 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     shift = prm[_P_SHIFT]
     ref = prm[_P_REF]
     em = (E << 8) | M | (prm[_P_NEG] << 16)
-    negbit = prm[_P_NEG] << (M - 1 - shift)            # a negative chunk's sign, where the residual has it
+    layout = prm[_P_LAYOUT]
+    mk = M - (layout & 3)                              # the plane's mantissa: below the symbol's bits
+    sb = (layout >> 2) & 1                             # the sign is the key's low bit
+    bits = 1 + (layout & 3) + sb
+    kbase = (ref - WINDOW_LOW) << bits                 # window symbol j: key kbase + j
+    negbit = prm[_P_NEG] << (mk - 1 - shift)           # a negative chunk's sign, where the residual has it
     # groups of 16 symbols (window or ZERO) whose residuals kk..kk+15 can be read 16 at a time inside buf
     kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
     if full:
@@ -1873,7 +1895,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
                     out[t] = 0
                 blk += 1
             oi = blk * bs
-        if (i >= scalar_to and i + LANES <= n_coded and kk + LANES <= n_sm and kk <= kk_safe
+        if (layout == 0 and i >= scalar_to and i + LANES <= n_coded and kk + LANES <= n_sm and kk <= kk_safe
                 and (mode == 0 or oi % bs + LANES <= bs) and oi + LANES <= n):
             took = values16_window(buf, sym, i, kk, plane, n_sm, full, rem, shift, ref, em, out, oi)
             if took >= 0:
@@ -1893,16 +1915,16 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
         if sy == SYM_ESC:
             if ke >= n_esc:
                 return FAULT_SYMBOLS
-            ev = _get16(buf, prm[_P_ESC] + 2 * ke)
+            key = _get16(buf, prm[_P_ESC] + 2 * ke)
             ke += 1
-            e = ev >> 1
-            lead = ev & 1
         else:
-            e = ((sy - SYM_WINDOW0) >> 1) + ref - WINDOW_LOW
-            lead = (sy - SYM_WINDOW0) & 1
+            key = sy - SYM_WINDOW0 + kbase
+        e = key >> bits
         if e < 0 or e > top:
             return FAULT_EXPONENT
-        out[oi] = _value(_residual(buf, plane, n_sm, full, rem, kk) | negbit, e, lead, E, M, shift)
+        sub = key & ((1 << bits) - 1)
+        out[oi] = (_value(_residual(buf, plane, n_sm, full, rem, kk) | negbit, e, sub >> sb, E, M, mk, shift)
+                   | ((sub & sb) << (E + M)))
         kk += 1
         oi += 1
     if kk != n_sm or ke != n_esc:
@@ -1934,9 +1956,11 @@ def _residual(buf, plane_at, n_sm, full, rem, i):
 
 
 @njit(cache=True, inline="always")
-def _value(res, e, lead, E, M, shift):
-    ssr = M - 1 - shift
-    return ((res >> ssr) << (E + M)) | (e << M) | (lead << (M - 1)) | ((res & ((1 << ssr) - 1)) << shift)
+def _value(res, e, top, E, M, mk, shift):
+    """A value from its residual ``res`` (sign, then the ``mk - 1 - shift`` mantissa bits below the symbol's),
+    exponent field ``e`` and the symbol's ``M - mk + 1`` high mantissa bits ``top``."""
+    ssr = mk - 1 - shift
+    return ((res >> ssr) << (E + M)) | (e << M) | (top << ssr << shift) | ((res & ((1 << ssr) - 1)) << shift)
 
 
 @njit(cache=True)
@@ -1963,7 +1987,7 @@ def _values_dense(buf, sym, lo, hi, prm, ke, E, M, out):
         if e < 0 or e > top:
             return -FAULT_EXPONENT
         out[i] = _value(_residual(buf, prm[_P_PLANE], prm[_P_NSM], prm[_P_FULL], prm[_P_REM], i) | negbit, e, lead,
-                        E, M, shift)
+                        E, M, M, shift)
     return ke
 
 
@@ -2131,7 +2155,7 @@ def _limits(h: Header) -> np.ndarray:
     if lim is None:
         lim = _LIMITS[key] = _readonly(np.array([max(sign_modes(h.version)), n_codebooks(h.family_version),
                                                  sum(1 << m for m in zero_block_modes(h.version)),
-                                                 explicit_tables(h.version)], np.int64))
+                                                 explicit_tables(h.version), explicit_layouts(h.version)], np.int64))
     return lim
 
 

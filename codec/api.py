@@ -276,8 +276,8 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
 
 
 def _host_backend(backend: str, version: int) -> str:
-    """The host backend that codes format ``version``: format 8 (a draft) has no numba kernels yet, so the
-    reference codes its streams where numba was asked for."""
+    """The host backend that writes format ``version``: format 8 (a draft) has no numba encoder yet, so the
+    reference writes its streams where numba was asked for."""
     return "reference" if fmt.explicit_layouts(version) and backend in ("auto", "numba") else backend
 
 
@@ -295,7 +295,7 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     chunks = range(first, last)
     fmt.verify_chunk_crcs(h, buf, chunks)
     n = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
-    impl = backends.get(_host_backend(backend, h.version))
+    impl = backends.get(backend)
     out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
     return h, out

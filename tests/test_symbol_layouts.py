@@ -1,9 +1,13 @@
 """Format 8 (a draft): explicit tables whose symbols carry more of each value (mantissa bits below the
 leading one, the sign) where the chunk's values leave information there.  Written by the reference
-encoder where codec.format.WRITE_VERSION is 8; read by the reference (the numba backend hands these
-streams to it); refused by the device decoders' head parse until their kernels have the layouts."""
+encoder where codec.format.WRITE_VERSION is 8; read by the reference and numba decoders (the same words,
+the same FormatError); refused by the device decoders' head parse until their kernels have the layouts."""
+import functools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import codec
 from codec import codebook as cbk
@@ -95,8 +99,14 @@ def test_layouts_pay_where_the_values_leave_information(dtype, values, sign_in_s
 
 
 def _one_chunk(layout, dtype="bfloat16"):
-    """A version-8 stream with a chunk whose explicit table has ``layout``: the stream, that chunk's index
-    and the offset of its payload."""
+    """A version-8 stream with a chunk whose explicit table has ``layout``: the stream (a fresh copy),
+    that chunk's index and the offset of its payload."""
+    blob, i, a = _layout_stream(layout, dtype)
+    return bytearray(blob), i, a
+
+
+@functools.lru_cache(maxsize=None)
+def _layout_stream(layout, dtype):
     fmt.WRITE_VERSION = 8
     orig = cbk.layouts
     cbk.layouts = lambda man_bits: [layout]
@@ -106,7 +116,7 @@ def _one_chunk(layout, dtype="bfloat16"):
         fmt.WRITE_VERSION = fmt.FORMAT_VERSION
         cbk.layouts = orig
     i = _layouts_of(blob).index(layout)
-    return bytearray(blob), i, fmt.parse_header(blob).chunk_span(i)[0]
+    return blob, i, fmt.parse_header(blob).chunk_span(i)[0]
 
 
 def _head(field):
@@ -168,3 +178,19 @@ def test_layout_histograms_are_sums_of_the_fine_one():
             key = key << 1 | (nz >> 15)
         want = np.bincount(key, minlength=32 << cbk.symbol_bits(layout))
         assert np.array_equal(cbk.layout_histogram(fine, 5, 10, layout), want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(layout=st.sampled_from([1, 4, 6]), pos=st.integers(0, 400), value=st.integers(0, 255))
+def test_byte_flips_in_layout_chunks_agree(layout, pos, value):
+    """Any byte of a layout chunk's head, table, words or plane forged: the reference and numba decoders
+    agree (the same words, or FormatError with the same message)."""
+    blob, i, a = _one_chunk(layout)
+    blob[a + pos] = value
+    results = []
+    for backend in ("reference", "numba"):
+        try:
+            results.append(bits(codec.decode(bytes(blob), backend=backend)).tobytes())
+        except codec.FormatError as e:
+            results.append(str(e))
+    assert results[0] == results[1]
