@@ -847,6 +847,181 @@ def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, 
             < EXPLICIT_STEP * _fitted_length(full, full_skipped, f, ref, code_lengths, M))
 
 
+# ------------------------------------------------- format 8's symbol layouts (a draft; codec.codebook's twins)
+@njit(cache=True)
+def _fine_hist(vals, m, step, E, M):
+    """codec.codebook.fine_histogram of ``vals[:m:step]``, in four interleaved partial counts."""
+    x = min(LAYOUT_MAX_EXTRA, M - 1)
+    nb = (1 << (E + 2 + x)) + 1
+    u = np.uint64(nb)
+    sh = np.uint64(M - 1 - x)
+    mag = np.uint64((1 << (E + M)) - 1)
+    sgn = np.uint64(E + M)
+    zb = np.uint64(nb - 1)
+    part = np.zeros(4 * nb, np.int32)
+    i = 0
+    while i + 4 * step <= m:
+        for t in range(4):
+            v = np.uint64(vals[i + t * step])
+            key = (((v & mag) >> sh) << np.uint64(1)) | (v >> sgn)
+            part[np.uint64(t) * u + (zb if v == 0 else key)] += 1
+        i += 4 * step
+    while i < m:
+        v = np.uint64(vals[i])
+        key = (((v & mag) >> sh) << np.uint64(1)) | (v >> sgn)
+        part[zb if v == 0 else key] += 1
+        i += step
+    hist = np.zeros(nb, np.int64)
+    for t in range(4):
+        for b in range(nb):
+            hist[b] += part[t * nb + b]
+    return hist
+
+
+@njit(cache=True)
+def _layout_keys(fine, E, M, layout, keys):
+    """codec.codebook.layout_histogram of ``fine`` into ``keys[:2^(E + b)]``."""
+    x = min(LAYOUT_MAX_EXTRA, M - 1)
+    k = layout & 3
+    s = (layout >> 2) & 1
+    nk = 1 << (E + 1 + k + s)
+    for t in range(nk):
+        keys[t] = 0
+    for b in range(len(fine) - 1):
+        field = b >> (2 + x)
+        top = ((b >> 1) & ((2 << x) - 1)) >> (x - k)
+        key = ((field << (1 + k)) | top)
+        if s:
+            key = (key << 1) | (b & 1)
+        keys[key] += fine[b]
+    return nk
+
+
+@njit(cache=True)
+def _layout_counts(keys, nk, zeros, layout, c):
+    """codec.codebook._layout_counts into ``c``; returns the ref."""
+    bits = 1 + (layout & 3) + ((layout >> 2) & 1)
+    per = (2 * WINDOW) >> bits
+    nf = nk >> bits
+    fields = np.zeros(nf, np.int64)
+    total = 0
+    for t in range(nk):
+        fields[t >> bits] += keys[t]
+        total += keys[t]
+    cover = 0
+    for t in range(min(per, nf)):
+        cover += fields[t]
+    best = cover
+    f0 = 0
+    for t in range(1, nf):
+        cover -= fields[t - 1]
+        if t + per - 1 < nf:
+            cover += fields[t + per - 1]
+        if cover > best:
+            best = cover
+            f0 = t
+    for sy in range(N_SYMBOLS):
+        c[sy] = 0
+    c[SYM_ZERO] = zeros
+    inside = 0
+    for j in range(min(2 * WINDOW, nk - (f0 << bits))):
+        c[SYM_WINDOW0 + j] = keys[(f0 << bits) + j]
+        inside += keys[(f0 << bits) + j]
+    c[SYM_ESC] = total - inside
+    return f0 + WINDOW_LOW
+
+
+@njit(cache=True)
+def _plane_bits(fine, M, layout):
+    """codec.codebook._plane_bits."""
+    pos = 0
+    neg = 0
+    for b in range(0, len(fine) - 1, 2):
+        pos += fine[b]
+        neg += fine[b + 1]
+    stored = 1 if (pos > 0 and neg > 0) else 0
+    return M - 1 - (layout & 3) + (0 if (layout >> 2) & 1 else stored)
+
+
+@njit(cache=True)
+def _best_layout(fine, E, M, code_lengths, zeros, c):
+    """codec.codebook._best_layout: ``(estimate, layout, ref, table length)``, the layout's counts in ``c``."""
+    x = min(LAYOUT_MAX_EXTRA, M - 1)
+    n_nz = 0
+    for b in range(len(fine) - 1):
+        n_nz += fine[b]
+    keys = np.empty(1 << (E + 2 + x), np.int64)
+    ct = np.empty(N_SYMBOLS, np.int64)
+    f = np.empty(N_SYMBOLS, np.int64)
+    best = -1
+    best_layout = 0
+    best_ref = 0
+    best_tb = 0
+    for k in range(x + 1):
+        for s in range(2):
+            layout = k | (s * LAYOUT_SIGN)
+            nk = _layout_keys(fine, E, M, layout, keys)
+            r = _layout_counts(keys, nk, zeros, layout, ct)
+            ns = 0
+            for sy in range(N_SYMBOLS):
+                ns += ct[sy]
+            for sy in range(N_SYMBOLS):
+                f[sy] = max(ct[sy] * TOTAL // ns, 1) if ct[sy] > 0 else 0
+            tb = (_explicit_nbytes(f) + 1) * _TABLE_BYTE
+            est = _explicit_symbol_length(ct, f, code_lengths) + tb + ((n_nz * _plane_bits(fine, M, layout)) << LENGTH_FRAC_BITS)
+            if best < 0 or est < best:
+                best = est
+                best_layout = layout
+                best_ref = r
+                best_tb = tb
+                c[:] = ct
+    return best, best_layout, best_ref, best_tb
+
+
+@njit(cache=True)
+def _fitted_total(fine, f, ref, code_lengths, E, M, skipped):
+    """codec.codebook._fitted_total."""
+    x = min(LAYOUT_MAX_EXTRA, M - 1)
+    hist = np.zeros((2 << E) + 1, np.int64)
+    n_nz = 0
+    for b in range(len(fine) - 1):
+        hist[(b >> (2 + x)) * 2 + ((b >> (1 + x)) & 1)] += fine[b]
+        n_nz += fine[b]
+    hist[len(hist) - 1] = fine[len(fine) - 1]
+    return _fitted_length(hist, skipped, f, ref, code_lengths, M) + ((n_nz * _plane_bits(fine, M, 0)) << LENGTH_FRAC_BITS)
+
+
+@njit(cache=True)
+def _explicit_choice_may_pay(sample, f, ref, n, code_lengths, E, M, skipped):
+    """codec.codebook.explicit_choice_may_pay."""
+    zeros = sample[len(sample) - 1] - skipped
+    ns = zeros
+    for b in range(len(sample) - 1):
+        ns += sample[b]
+    if ns == 0:
+        return False
+    c = np.empty(N_SYMBOLS, np.int64)
+    est, layout, r, tb = _best_layout(sample, E, M, code_lengths, zeros, c)
+    saved = _fitted_total(sample, f, ref, code_lengths, E, M, skipped) - (est - tb)
+    return saved * n > EXPLICIT_GATE * tb * ns
+
+
+@njit(cache=True)
+def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, fe):
+    """codec.codebook.explicit_choice: ``(layout, ref)`` with the frequencies in ``fe``, or (-1, 0)."""
+    c = np.empty(N_SYMBOLS, np.int64)
+    _, layout, r, _ = _best_layout(fine, E, M, code_lengths, fine[len(fine) - 1] - skipped, c)
+    _explicit_frequencies(c, code_lengths, fe)
+    n_nz = 0
+    for b in range(len(fine) - 1):
+        n_nz += fine[b]
+    length = (_explicit_symbol_length(c, fe, code_lengths) + (_explicit_nbytes(fe) + 1) * _TABLE_BYTE
+              + ((n_nz * _plane_bits(fine, M, layout)) << LENGTH_FRAC_BITS))
+    if length < _fitted_total(fine, f, ref, code_lengths, E, M, skipped):
+        return layout, r
+    return -1, 0
+
+
 @njit(cache=True)
 def _pack_table(f, out):
     """codec.format.pack_explicit_table into ``out``; returns its length."""

@@ -532,16 +532,18 @@ def _plane_bits(fine: np.ndarray, man_bits: int, layout: int) -> int:
 def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: np.ndarray, zeros: int):
     """``(estimated length, layout, symbol counts, ref, table length)`` of the layout whose unquantised
     frequencies ``max(1, c * TOTAL // n)`` code the values of ``fine`` (and ``zeros`` +0) in the fewest bits
-    (Q8: code lengths, escapes, table bytes, plane bits), the first of :func:`layouts` on ties."""
+    (Q8: code lengths, escapes, table bytes with the layout byte, plane bits), the first of :func:`layouts`
+    on ties."""
     n_nz = int(np.asarray(fine[:-1]).sum())
     best = None
     for layout in layouts(man_bits):
         c, r = _layout_counts(layout_histogram(fine, exp_bits, man_bits, layout), zeros, layout)
         ns = int(c.sum())
         f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)
-        est = explicit_length(c, f, code_lengths) + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS)
+        est = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH
+               + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS))
         if best is None or est < best[0]:
-            best = (est, layout, c, r, explicit_table_nbytes(f) * _BYTE_LENGTH)
+            best = (est, layout, c, r, (explicit_table_nbytes(f) + 1) * _BYTE_LENGTH)
     return best
 
 
@@ -579,7 +581,8 @@ def explicit_choice(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: 
     _, layout, c, r, _ = _best_layout(fine, man_bits, exp_bits, code_lengths, int(fine[-1]) - skipped_zeros)
     f = explicit_frequencies(c, code_lengths)
     n_nz = int(np.asarray(fine[:-1]).sum())
-    length = explicit_length(c, f, code_lengths) + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS)
+    length = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH
+              + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS))
     if length < _fitted_total(fine, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros):
         return f, layout, r
     return None

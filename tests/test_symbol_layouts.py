@@ -194,3 +194,49 @@ def test_byte_flips_in_layout_chunks_agree(layout, pos, value):
         except codec.FormatError as e:
             results.append(str(e))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numba_chooses_as_the_reference(dtype):
+    """The numba twins of the layout choice (fine histogram, gate, choice) give codec.codebook's results,
+    on inputs that take each kind of answer (no table, a table without and with extra bits or the sign)."""
+    from codec import _numba
+
+    lay = codec.layouts.layout_named(dtype)
+    E, M = lay.exp_bits, lay.man_bits
+    fam = cbk.load_family()
+    inputs = [_layout_input(dtype, 8192, 11), _mixed_scales(dtype, 8192, 12),
+              (np.random.default_rng(13).standard_normal(8192) * 0.02).astype(np_dtype(dtype)),
+              _gelu(8192, 14).astype(np_dtype(dtype))]
+    answers = set()
+    for x in inputs:
+        w = bits(x)
+        for step in (1, 17):
+            fine = cbk.fine_histogram(w, E, M, step)
+            assert np.array_equal(_numba._fine_hist(w, len(w), step, E, M), fine)
+        hist = cbk.sample_histogram(w, E, M, 17)
+        n_zero = int((w == 0).sum())
+        mag = (w & ((1 << (E + M)) - 1)) != 0
+        e = ((w >> M) & ((1 << E) - 1)).astype(np.int64)
+        lg = np.where(mag, codec.layouts.log2_magnitude(e, (w & ((1 << (M + 1)) - 1)).astype(np.uint32), lay), 0)
+        cb, ref = cbk.select_codebook(len(w), n_zero, int(mag.sum()), int(lg.sum()), hist, E, lay.has_inf, fam)
+        f = cbk.chunk_tables(cb, ref, E, lay.has_inf)[0]
+        f64 = np.asarray(f, np.int64)
+        cl = np.asarray(fam.code_lengths, np.int64)
+        for skipped in (0, min(3, int(fine[-1]))):
+            sample = cbk.fine_histogram(w, E, M, 17)
+            want = cbk.explicit_choice_may_pay(sample, f, ref, len(w), fam.code_lengths, E, M, min(skipped, int(sample[-1])))
+            got = _numba._explicit_choice_may_pay(sample, f64, ref, len(w), cl, E, M, min(skipped, int(sample[-1])))
+            assert got == want
+            full = cbk.fine_histogram(w, E, M)
+            want = cbk.explicit_choice(full, f, ref, fam.code_lengths, E, M, skipped)
+            fe = np.zeros(cbk.N_SYMBOLS, np.int64)
+            layout, r = _numba._explicit_choice(full, f64, ref, cl, E, M, skipped, fe)
+            if want is None:
+                assert layout == -1
+                answers.add(None)
+            else:
+                assert (layout, r) == (want[1], want[2]) and np.array_equal(fe, want[0])
+                answers.add(bool(layout))
+    assert True in answers
+    assert None in answers or M <= 3      # (fp8's Gaussians too gain from mantissa bits in the symbol)
