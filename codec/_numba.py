@@ -1023,6 +1023,111 @@ def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, fe):
 
 
 @njit(cache=True)
+def _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap, table, ntab, out, sym,
+                 wbuf, limit):
+    """Format 8 (a draft): a CODED payload of ``vals[:m]`` with an explicit table whose symbols have the
+    symbol ``layout`` (not 0), one value at a time (the SIMD passes know only layout 0's keys): keys,
+    symbols, escapes and the plane below the symbol's bits, then the rANS rounds one lane at a time (the
+    same steps as :func:`_code_dense`'s).  Returns the size as _code_dense does (``limit`` likewise)."""
+    k = _lanes(m)
+    xk = layout & 3
+    sb = (layout >> 2) & 1
+    bits = 1 + xk + sb
+    mk = M - xk
+    kbase = (ref - WINDOW_LOW) << bits
+    nkey = 1 << (E + bits)
+    symtab = np.empty(nkey, np.int64)
+    for key in range(nkey):
+        j = key - kbase
+        symtab[key] = SYM_WINDOW0 + j if 0 <= j < 2 * WINDOW and f[SYM_WINDOW0 + j] > 0 else SYM_ESC
+    zero_ok = f[SYM_ZERO] > 0
+    lowmask = (1 << (mk - 1)) - 1
+    orl = orlow & lowmask
+    shift = 0
+    while shift < mk - 1 and ((orl >> shift) & 1) == 0:
+        shift += 1
+    n_sm = m - _count_zero(vals, m) if zero_ok else m
+    sign = SIGN_POSITIVE if sb else _sign_mode(n_neg, n_sm)
+    narrow = _narrow(orl, shift, mk, sign)
+    width = _plane_width(mk, shift, sign, narrow)
+    full = width // 8
+    rem = width % 8
+    nplane = _packed_nbytes(n_sm, width)
+    plane = np.zeros(nplane + 8, np.uint8)
+    esc = np.empty(m, np.int64)
+    n_esc = 0
+    kk = 0
+    q = full * n_sm
+    acc = 0
+    nacc = 0
+    for i in range(m):
+        v = np.int64(vals[i])
+        if v == 0 and zero_ok:
+            sym[i] = SYM_ZERO
+            continue
+        sg = (v >> (E + M)) & 1
+        key = (((v >> M) & ((1 << E) - 1)) << (1 + xk)) | ((v >> (mk - 1)) & ((2 << xk) - 1))
+        if sb:
+            key = (key << 1) | sg
+        sy = symtab[key]
+        sym[i] = sy
+        if sy == SYM_ESC:
+            esc[n_esc] = key
+            n_esc += 1
+        res = (((sg if sign == SIGN_STORED else 0) << (mk - 1 - shift)) | ((v & lowmask) >> shift))
+        for b in range(full):
+            plane[b * n_sm + kk] = (res >> (8 * b)) & 0xFF
+        if rem:
+            acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
+            nacc += rem
+            while nacc >= 8:
+                plane[q] = acc & 0xFF
+                q += 1
+                acc >>= 8
+                nacc -= 8
+        kk += 1
+    if nacc > 0:
+        plane[q] = acc & 0xFF
+    fixed = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
+    inv = np.empty(N_SYMBOLS, np.float64)
+    for t in range(N_SYMBOLS):
+        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+    x = _private(k, RANS_L, np.uint32)
+    cap = len(wbuf)
+    pos = cap
+    full_rounds = m // k
+    for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
+        pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
+    for r in range(full_rounds - 1, -1, -1):
+        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
+            return fixed + 2 * (cap - pos)
+        for lane in range(k - 1, -1, -1):
+            pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
+    n_words = cap - pos
+    size = fixed + 2 * n_words
+    if size > len(out) or (limit >= 0 and size > limit):
+        return size
+    p = _put_head(out, CB_EXPLICIT, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, table, ntab, bitmap,
+                  nbitmap, x, k)
+    copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)
+    p += 2 * n_words
+    copy_bytes(out, p, plane, 0, nplane)
+    p += nplane
+    for t in range(n_esc):
+        _put16(out, p, esc[t])
+        p += 2
+    return p
+
+
+@njit(cache=True)
+def _count_zero(vals, m):
+    z = 0
+    for i in range(m):
+        z += vals[i] == 0
+    return z
+
+
+@njit(cache=True)
 def _pack_table(f, out):
     """codec.format.pack_explicit_table into ``out``; returns its length."""
     lo, hi = _window_range(f)
@@ -1045,7 +1150,7 @@ def _pack_table(f, out):
 
 @njit(cache=True)
 def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                 zero_thresholds, explicit, w_all, n_all, full, full_state, full_skipped, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
+                 zero_thresholds, explicit, w_all, n_all, full, full_state, fine, full_skipped, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``, or ``limit`` when that is >= 0: see :func:`_code_dense`).
     ``stats``: :func:`_stats` of ``vals[:m]``.
@@ -1061,7 +1166,30 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     table = np.empty(EXPLICIT_MAX_BYTES, np.uint8)
     ntab = 0
-    if explicit:
+    if explicit == 2:                   # format 8 (a draft): the choice of a table and symbol layout
+        nbf = len(fine) // 2
+        step = min(_SAMPLE_STEP, max(1, n_all // _SAMPLE_MIN))
+        if full_state[3] == 0:
+            fine[nbf:] = _fine_hist(w_all, n_all, step, E, M)
+            full_state[3] = 1
+        if _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros):
+            if full_state[2] == 0:
+                fine[:nbf] = _fine_hist(w_all, n_all, 1, E, M)
+                full_state[2] = 1
+            fe = np.empty(N_SYMBOLS, np.int64)
+            layout, r = _explicit_choice(fine[:nbf], f, ref, code_lengths, E, M, full_skipped, fe)
+            if layout >= 0:
+                cb = CB_EXPLICIT
+                ref = r
+                table[0] = layout
+                ntab = 1 + _pack_table(fe, table[1:])
+                for s in range(N_SYMBOLS):
+                    f[s] = fe[s]
+                    cum[s + 1] = cum[s] + f[s]
+                if layout:
+                    return _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap,
+                                        table, ntab, out, sym, wbuf, limit)
+    elif explicit:
         fe = np.empty(N_SYMBOLS, np.int64)
         if _choose_explicit(m, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped, f, ref,
                             code_lengths, M, fe):
@@ -1344,7 +1472,9 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
     full = np.empty((2 << E) + 1, np.int64)               # format 7: every value's histogram, once, if wanted
-    full_state = np.zeros(2, np.int64)                    # [made?, the chunk's +0]
+    # format 8: every value's fine histogram, then the sample's, once each, if wanted
+    fine = np.empty(2 * ((1 << (E + 2 + min(LAYOUT_MAX_EXTRA, M - 1))) + 1) if explicit == 2 else 0, np.int64)
+    full_state = np.zeros(4, np.int64)                    # [made?, the chunk's +0, fine made?, fine sample made?]
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
     full_state[1] = n_zero
@@ -1413,7 +1543,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
-                                mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, skipped_x,
+                                mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, fine, skipped_x,
                                 mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
             if size <= lim:
@@ -1421,10 +1551,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
+                                 zero_thresholds, explicit, w, n, full, full_state, fine, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+                                 zero_thresholds, explicit, w, n, full, full_state, fine, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
         if best_size <= cand_size:
             best[:best_size] = scratch[:best_size]
         else:
@@ -1667,7 +1797,8 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
     ctl = _counters(3)
     consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(),
-              explicit_tables(fmt.WRITE_VERSION))      # format 7's explicit tables, where it is written
+              2 if explicit_layouts(fmt.WRITE_VERSION) else int(explicit_tables(fmt.WRITE_VERSION)))   # format 7's
+    # explicit tables (1), format 8's with symbol layouts (2), where they are written
     no_prev = np.empty(0, np.int64)
     prev_c0 = prev_first = 0
     prev_at = no_prev
