@@ -932,19 +932,27 @@ def _layout_counts(keys, nk, zeros, layout, c):
 
 
 @njit(cache=True)
-def _plane_bits(fine, M, layout):
+def _plane_bits(fine, M, layout, orlow):
     """codec.codebook._plane_bits."""
     pos = 0
     neg = 0
     for b in range(0, len(fine) - 1, 2):
         pos += fine[b]
         neg += fine[b + 1]
-    stored = 1 if (pos > 0 and neg > 0) else 0
-    return M - 1 - (layout & 3) + (0 if (layout >> 2) & 1 else stored)
+    stored = pos > 0 and neg > 0 and not (layout >> 2) & 1
+    mk = M - (layout & 3)
+    low = orlow & ((1 << (mk - 1)) - 1)
+    shift = 0
+    while shift < mk - 1 and ((low >> shift) & 1) == 0:
+        shift += 1
+    narrow = 0
+    if not stored:
+        narrow = max(mk - 1 - shift - (64 - np.int64(leading_zeros(np.uint64(low >> shift)))), 0)
+    return mk - shift - (0 if stored else 1) - narrow
 
 
 @njit(cache=True)
-def _best_layout(fine, E, M, code_lengths, zeros, c):
+def _best_layout(fine, E, M, code_lengths, zeros, orlow, c):
     """codec.codebook._best_layout: ``(estimate, layout, ref, table length)``, the layout's counts in ``c``."""
     x = min(LAYOUT_MAX_EXTRA, M - 1)
     n_nz = 0
@@ -968,7 +976,7 @@ def _best_layout(fine, E, M, code_lengths, zeros, c):
             for sy in range(N_SYMBOLS):
                 f[sy] = max(ct[sy] * TOTAL // ns, 1) if ct[sy] > 0 else 0
             tb = (_explicit_nbytes(f) + 1) * _TABLE_BYTE
-            est = _explicit_symbol_length(ct, f, code_lengths) + tb + ((n_nz * _plane_bits(fine, M, layout)) << LENGTH_FRAC_BITS)
+            est = _explicit_symbol_length(ct, f, code_lengths) + tb + ((n_nz * _plane_bits(fine, M, layout, orlow)) << LENGTH_FRAC_BITS)
             if best < 0 or est < best:
                 best = est
                 best_layout = layout
@@ -979,7 +987,7 @@ def _best_layout(fine, E, M, code_lengths, zeros, c):
 
 
 @njit(cache=True)
-def _fitted_total(fine, f, ref, code_lengths, E, M, skipped):
+def _fitted_total(fine, f, ref, code_lengths, E, M, skipped, orlow):
     """codec.codebook._fitted_total."""
     x = min(LAYOUT_MAX_EXTRA, M - 1)
     hist = np.zeros((2 << E) + 1, np.int64)
@@ -988,11 +996,11 @@ def _fitted_total(fine, f, ref, code_lengths, E, M, skipped):
         hist[(b >> (2 + x)) * 2 + ((b >> (1 + x)) & 1)] += fine[b]
         n_nz += fine[b]
     hist[len(hist) - 1] = fine[len(fine) - 1]
-    return _fitted_length(hist, skipped, f, ref, code_lengths, M) + ((n_nz * _plane_bits(fine, M, 0)) << LENGTH_FRAC_BITS)
+    return _fitted_length(hist, skipped, f, ref, code_lengths, M) + ((n_nz * _plane_bits(fine, M, 0, orlow)) << LENGTH_FRAC_BITS)
 
 
 @njit(cache=True)
-def _explicit_choice_may_pay(sample, f, ref, n, code_lengths, E, M, skipped):
+def _explicit_choice_may_pay(sample, f, ref, n, code_lengths, E, M, skipped, orlow):
     """codec.codebook.explicit_choice_may_pay."""
     zeros = sample[len(sample) - 1] - skipped
     ns = zeros
@@ -1001,23 +1009,23 @@ def _explicit_choice_may_pay(sample, f, ref, n, code_lengths, E, M, skipped):
     if ns == 0:
         return False
     c = np.empty(N_SYMBOLS, np.int64)
-    est, layout, r, tb = _best_layout(sample, E, M, code_lengths, zeros, c)
-    saved = _fitted_total(sample, f, ref, code_lengths, E, M, skipped) - (est - tb)
+    est, layout, r, tb = _best_layout(sample, E, M, code_lengths, zeros, orlow, c)
+    saved = _fitted_total(sample, f, ref, code_lengths, E, M, skipped, orlow) - (est - tb)
     return saved * n > EXPLICIT_GATE * tb * ns
 
 
 @njit(cache=True)
-def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, fe):
+def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, orlow, fe):
     """codec.codebook.explicit_choice: ``(layout, ref)`` with the frequencies in ``fe``, or (-1, 0)."""
     c = np.empty(N_SYMBOLS, np.int64)
-    _, layout, r, _ = _best_layout(fine, E, M, code_lengths, fine[len(fine) - 1] - skipped, c)
+    _, layout, r, _ = _best_layout(fine, E, M, code_lengths, fine[len(fine) - 1] - skipped, orlow, c)
     _explicit_frequencies(c, code_lengths, fe)
     n_nz = 0
     for b in range(len(fine) - 1):
         n_nz += fine[b]
     length = (_explicit_symbol_length(c, fe, code_lengths) + (_explicit_nbytes(fe) + 1) * _TABLE_BYTE
-              + ((n_nz * _plane_bits(fine, M, layout)) << LENGTH_FRAC_BITS))
-    if length < _fitted_total(fine, f, ref, code_lengths, E, M, skipped):
+              + ((n_nz * _plane_bits(fine, M, layout, orlow)) << LENGTH_FRAC_BITS))
+    if length < _fitted_total(fine, f, ref, code_lengths, E, M, skipped, orlow):
         return layout, r
     return -1, 0
 
@@ -1172,12 +1180,12 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
         if full_state[3] == 0:
             fine[nbf:] = _fine_hist(w_all, n_all, step, E, M)
             full_state[3] = 1
-        if _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros):
+        if _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros, orlow):
             if full_state[2] == 0:
                 fine[:nbf] = _fine_hist(w_all, n_all, 1, E, M)
                 full_state[2] = 1
             fe = np.empty(N_SYMBOLS, np.int64)
-            layout, r = _explicit_choice(fine[:nbf], f, ref, code_lengths, E, M, full_skipped, fe)
+            layout, r = _explicit_choice(fine[:nbf], f, ref, code_lengths, E, M, full_skipped, orlow, fe)
             if layout >= 0:
                 cb = CB_EXPLICIT
                 ref = r

@@ -521,15 +521,24 @@ def _layout_counts(keys: np.ndarray, zeros: int, layout: int) -> tuple[np.ndarra
     return c, f0 + WINDOW_LOW
 
 
-def _plane_bits(fine: np.ndarray, man_bits: int, layout: int) -> int:
-    """Residual-plane bits per value under ``layout``: the mantissa below the symbol's, and the sign unless
-    the symbol has it or every value not +0 has the same one."""
+def _plane_bits(fine: np.ndarray, man_bits: int, layout: int, orlow: int) -> int:
+    """Residual-plane bits per value under ``layout`` (codec.format.plane_width): the sign unless the symbol
+    has it or every value not +0 has the same one, and the mantissa below the symbol's bits, less the low
+    bits zero in every value and, without the sign, the high ones too (``orlow``: the OR of the values'
+    mantissas below the leading bit)."""
     k, s = layout_parts(layout)
+    mk = man_bits - k
+    low = orlow & ((1 << (mk - 1)) - 1)
+    shift = 0
+    while shift < mk - 1 and not (low >> shift) & 1:
+        shift += 1
     signs = np.asarray(fine[:-1]).reshape(-1, 2).sum(axis=0)
-    return man_bits - 1 - k + (0 if s else int(bool(signs[0]) and bool(signs[1])))
+    stored = not s and bool(signs[0]) and bool(signs[1])
+    narrow = 0 if stored else max(mk - 1 - shift - (low >> shift).bit_length(), 0)
+    return mk - shift - (0 if stored else 1) - narrow
 
 
-def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: np.ndarray, zeros: int):
+def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: np.ndarray, zeros: int, orlow: int):
     """``(estimated length, layout, symbol counts, ref, table length)`` of the layout whose unquantised
     frequencies ``max(1, c * TOTAL // n)`` code the values of ``fine`` (and ``zeros`` +0) in the fewest bits
     (Q8: code lengths, escapes, table bytes with the layout byte, plane bits), the first of :func:`layouts`
@@ -541,49 +550,50 @@ def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: n
         ns = int(c.sum())
         f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)
         est = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH
-               + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS))
+               + (n_nz * _plane_bits(fine, man_bits, layout, orlow) << LENGTH_FRAC_BITS))
         if best is None or est < best[0]:
             best = (est, layout, c, r, (explicit_table_nbytes(f) + 1) * _BYTE_LENGTH)
     return best
 
 
 def _fitted_total(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,
-                  man_bits: int, skipped_zeros: int) -> int:
+                  man_bits: int, skipped_zeros: int, orlow: int) -> int:
     """Bits (Q8) of the values of ``fine`` under the fitted table ``freq`` at ``ref``: :func:`fitted_length`
     of their (field, leading bit) histogram, and the plane bits of the values not +0."""
     hist = np.concatenate([layout_histogram(fine, exp_bits, man_bits, 0), np.asarray(fine[-1:], dtype=np.int64)])
     n_nz = int(np.asarray(fine[:-1]).sum())
     return (fitted_length(hist, freq, ref, code_lengths, man_bits, skipped_zeros)
-            + (n_nz * _plane_bits(fine, man_bits, 0) << LENGTH_FRAC_BITS))
+            + (n_nz * _plane_bits(fine, man_bits, 0, orlow) << LENGTH_FRAC_BITS))
 
 
 def explicit_choice_may_pay(sample: np.ndarray, freq: np.ndarray, ref: int, n: int, code_lengths: np.ndarray,
-                            exp_bits: int, man_bits: int, skipped_zeros: int = 0) -> bool:
+                            exp_bits: int, man_bits: int, skipped_zeros: int = 0, orlow: int = 0) -> bool:
     """Format 8's gate before the chunk's full :func:`fine_histogram`: as :func:`explicit_may_pay`, on the
     fit's sample's fine histogram ``sample`` (less ``skipped_zeros`` sampled +0), with the best layout's
-    unquantised estimate (:func:`_best_layout`) against the fitted table's."""
+    unquantised estimate (:func:`_best_layout`) against the fitted table's (``orlow``: the OR of the chunk's
+    mantissas below the leading bit, for the plane's widths)."""
     zeros = int(sample[-1]) - skipped_zeros
     ns = int(np.asarray(sample[:-1]).sum()) + zeros
     if ns == 0:
         return False
-    est, _, _, _, tb = _best_layout(sample, man_bits, exp_bits, code_lengths, zeros)
-    saved = _fitted_total(sample, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros) - (est - tb)
+    est, _, _, _, tb = _best_layout(sample, man_bits, exp_bits, code_lengths, zeros, orlow)
+    saved = _fitted_total(sample, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros, orlow) - (est - tb)
     return saved * n > EXPLICIT_GATE * tb * ns
 
 
 def explicit_choice(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,
-                    man_bits: int, skipped_zeros: int = 0):
+                    man_bits: int, skipped_zeros: int = 0, orlow: int = 0):
     """Format 8's explicit table for the values of the :func:`fine_histogram` ``fine`` (less ``skipped_zeros``
     +0): ``(frequencies, layout, ref)``, or None where the fitted table ``freq`` at ``ref`` is estimated no
     larger.  Integers only: the layout of :func:`_best_layout`, its counts quantised
     (:func:`explicit_frequencies`), kept where its length, table and plane included, is below the fitted
     table's (:func:`_fitted_total`)."""
-    _, layout, c, r, _ = _best_layout(fine, man_bits, exp_bits, code_lengths, int(fine[-1]) - skipped_zeros)
+    _, layout, c, r, _ = _best_layout(fine, man_bits, exp_bits, code_lengths, int(fine[-1]) - skipped_zeros, orlow)
     f = explicit_frequencies(c, code_lengths)
     n_nz = int(np.asarray(fine[:-1]).sum())
     length = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH
-              + (n_nz * _plane_bits(fine, man_bits, layout) << LENGTH_FRAC_BITS))
-    if length < _fitted_total(fine, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros):
+              + (n_nz * _plane_bits(fine, man_bits, layout, orlow) << LENGTH_FRAC_BITS))
+    if length < _fitted_total(fine, freq, ref, code_lengths, exp_bits, man_bits, skipped_zeros, orlow):
         return f, layout, r
     return None
 

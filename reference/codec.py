@@ -254,9 +254,10 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
     if fmt.explicit_layouts(fmt.WRITE_VERSION):      # format 8: the chunk's own table and symbol layout
         for j, (cb, ref) in enumerate(heads):
             sample, full = xhists[j]
-            if not explicit_choice_may_pay(sample, tables[j][0], ref, n, fam.code_lengths, lay.exp_bits, M):
+            orlow = int(np.bitwise_or.reduce(low[j]))
+            if not explicit_choice_may_pay(sample, tables[j][0], ref, n, fam.code_lengths, lay.exp_bits, M, 0, orlow):
                 continue
-            got = explicit_choice(full, tables[j][0], ref, fam.code_lengths, lay.exp_bits, M)
+            got = explicit_choice(full, tables[j][0], ref, fam.code_lengths, lay.exp_bits, M, 0, orlow)
             if got is not None:
                 f, layouts[j], r = got
                 heads[j] = (fmt.CB_EXPLICIT, r)

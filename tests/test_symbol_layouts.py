@@ -244,16 +244,18 @@ def test_numba_chooses_as_the_reference(dtype):
         cb, ref = cbk.select_codebook(len(w), n_zero, int(mag.sum()), int(lg.sum()), hist, E, lay.has_inf, fam)
         f = cbk.chunk_tables(cb, ref, E, lay.has_inf)[0]
         f64 = np.asarray(f, np.int64)
+        orlow = int(np.bitwise_or.reduce(w & ((1 << (M - 1)) - 1)))
         cl = np.asarray(fam.code_lengths, np.int64)
         for skipped in (0, min(3, int(fine[-1]))):
             sample = cbk.fine_histogram(w, E, M, 17)
-            want = cbk.explicit_choice_may_pay(sample, f, ref, len(w), fam.code_lengths, E, M, min(skipped, int(sample[-1])))
-            got = _numba._explicit_choice_may_pay(sample, f64, ref, len(w), cl, E, M, min(skipped, int(sample[-1])))
+            sk = min(skipped, int(sample[-1]))
+            want = cbk.explicit_choice_may_pay(sample, f, ref, len(w), fam.code_lengths, E, M, sk, orlow)
+            got = _numba._explicit_choice_may_pay(sample, f64, ref, len(w), cl, E, M, sk, orlow)
             assert got == want
             full = cbk.fine_histogram(w, E, M)
-            want = cbk.explicit_choice(full, f, ref, fam.code_lengths, E, M, skipped)
+            want = cbk.explicit_choice(full, f, ref, fam.code_lengths, E, M, skipped, orlow)
             fe = np.zeros(cbk.N_SYMBOLS, np.int64)
-            layout, r = _numba._explicit_choice(full, f64, ref, cl, E, M, skipped, fe)
+            layout, r = _numba._explicit_choice(full, f64, ref, cl, E, M, skipped, orlow, fe)
             if want is None:
                 assert layout == -1
                 answers.add(None)
