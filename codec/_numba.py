@@ -19,7 +19,7 @@ from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from . import format as fmt
-from .codebook import (ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
+from .codebook import (_ESTIMATE_BIAS, ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
                        SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS,
                        load_family, n_codebooks)
 from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
@@ -454,6 +454,63 @@ def _step_bits(fs, total):
     return np.log2(total / fs) + np.log2(1.0 - (fs - 1.0) * (total - fs) / (total * 65536.0))
 
 
+@njit(cache=True, inline="always")
+def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
+    """The rANS rounds of a payload's ``m`` symbols ``sym`` (``ent``: their packed entries where there are no
+    permutes) on ``k`` lanes from the states ``x``, backwards (16 lanes at a time in chunks of 16 or 32
+    lanes, one lane at a time in smaller ones), the flushed words stored downwards from the end of
+    ``wbuf``; returns where they start, or minus the payload's size (``fixed`` bytes besides the words)
+    as soon as it passes ``limit`` (>= 0)."""
+    # rANS.  x // f via a double reciprocal in the one-lane and ranked rounds (see _rans_put); the packed
+    # and unranked rounds divide in single precision with an exact correction (codec._simd._divmod_f32)
+    ftab = np.empty(N_SYMBOLS, np.uint32)
+    inv = np.empty(N_SYMBOLS, np.float64)
+    for t in range(N_SYMBOLS):
+        ftab[t] = f[t] | (cum[t] << 16)
+        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+    # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
+    rk = _aligned(128, np.uint8)
+    ftab_r = _aligned(RANKED_SYMBOLS, np.uint32)
+    inv_r = _aligned(RANKED_SYMBOLS, np.float64)
+    rk[:] = 0
+    ftab_r[:] = 0
+    inv_r[:] = 0
+    n_used = 0
+    for t in range(N_SYMBOLS):
+        if f[t] > 0:
+            if n_used < RANKED_SYMBOLS:
+                rk[t] = n_used
+                ftab_r[n_used] = ftab[t]
+                inv_r[n_used] = inv[t]
+            n_used += 1
+    ranked = PERMUTE and n_used <= RANKED_SYMBOLS
+    cap = len(wbuf)
+    pos = cap
+    full_rounds = m // k
+    for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
+        pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
+    # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
+    # cache, a line per round, so that its statistics pass does not wait on memory
+    pf = 0
+    for r in range(full_rounds - 1, -1, -1):
+        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
+            return -(fixed + 2 * (cap - pos))
+        if k < LANES:                                       # fewer lanes than a register: one at a time
+            for lane in range(k - 1, -1, -1):
+                pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
+        for h in range(k - LANES, -1, -LANES):
+            if ranked:
+                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
+            elif not PERMUTE:
+                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos)
+            else:
+                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos)
+        if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
+            prefetch(ahead, pf)
+            pf += 64
+    return pos
+
+
 @njit(cache=True)
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
                 n_zero, sign, narrow, limit):
@@ -586,55 +643,12 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
     if not PERMUTE:
         for i in range(vec_end, m):
             ent[i] = packsym[sym[i]]
-    # rANS.  x // f via a double reciprocal in the one-lane and ranked rounds (see _rans_put); the packed
-    # and unranked rounds divide in single precision with an exact correction (codec._simd._divmod_f32)
-    ftab = np.empty(N_SYMBOLS, np.uint32)
-    inv = np.empty(N_SYMBOLS, np.float64)
-    for t in range(N_SYMBOLS):
-        ftab[t] = f[t] | (cum[t] << 16)
-        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
-    # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
-    rk = _aligned(128, np.uint8)
-    ftab_r = _aligned(RANKED_SYMBOLS, np.uint32)
-    inv_r = _aligned(RANKED_SYMBOLS, np.float64)
-    rk[:] = 0
-    ftab_r[:] = 0
-    inv_r[:] = 0
-    n_used = 0
-    for t in range(N_SYMBOLS):
-        if f[t] > 0:
-            if n_used < RANKED_SYMBOLS:
-                rk[t] = n_used
-                ftab_r[n_used] = ftab[t]
-                inv_r[n_used] = inv[t]
-            n_used += 1
-    ranked = PERMUTE and n_used <= RANKED_SYMBOLS
     x = _private(k, RANS_L, np.uint32)
     cap = len(wbuf)
-    pos = cap
-    full_rounds = m // k
-    for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
-        pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
-    # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
-    # cache, a line per round, so that its statistics pass does not wait on memory
-    pf = 0
     fixed = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
-    for r in range(full_rounds - 1, -1, -1):
-        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
-            return fixed + 2 * (cap - pos)
-        if k < LANES:                                       # fewer lanes than a register: one at a time
-            for lane in range(k - 1, -1, -1):
-                pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
-        for h in range(k - LANES, -1, -LANES):
-            if ranked:
-                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
-            elif not PERMUTE:
-                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos)
-            else:
-                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos)
-        if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
-            prefetch(ahead, pf)
-            pf += 64
+    pos = _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead)
+    if pos < 0:
+        return -pos
     n_words = cap - pos
     size = _HEAD + ntab + nbitmap + 4 * k + 2 * n_words + nplane + 2 * n_esc
     if size > len(out):                     # does not fit: the caller stores the chunk raw
@@ -818,12 +832,8 @@ _TABLE_BYTE = 8 << LENGTH_FRAC_BITS
 
 
 @njit(cache=True)
-def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, f, ref, code_lengths, M, fe):
-    """Format 7: the explicit table ``fe`` for ``m`` coded values where it pays against the fitted ``f``
-    (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
-    explicit_pays on ``full``, the histogram of every EXPLICIT_STEP-th of the chunk's ``n`` values ``w``, less
-    ``full_skipped`` +0 of skipped zero blocks: made once per chunk, when a candidate's gate first opens
-    (``full_state[0]``), and shared by the chunk's candidates); returns whether it does."""
+def _explicit_gate(m, hist, skipped, f, ref, code_lengths, M, fe):
+    """codec.codebook.explicit_may_pay (``fe``: scratch)."""
     c = np.empty(N_SYMBOLS, np.int64)
     _explicit_counts(hist, skipped, ref, c)
     ns = 0
@@ -835,8 +845,19 @@ def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, 
         fe[s] = max(c[s] * TOTAL // ns, 1) if c[s] > 0 else 0
     tb = _explicit_nbytes(fe) * _TABLE_BYTE
     saved = _fitted_length(hist, skipped, f, ref, code_lengths, M) - _explicit_symbol_length(c, fe, code_lengths)
-    if saved * m <= EXPLICIT_GATE * tb * ns:
+    return saved * m > EXPLICIT_GATE * tb * ns
+
+
+@njit(cache=True)
+def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, f, ref, code_lengths, M, fe):
+    """Format 7: the explicit table ``fe`` for ``m`` coded values where it pays against the fitted ``f``
+    (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
+    explicit_pays on ``full``, the histogram of every EXPLICIT_STEP-th of the chunk's ``n`` values ``w``, less
+    ``full_skipped`` +0 of skipped zero blocks: made once per chunk, when a candidate's gate first opens
+    (``full_state[0]``), and shared by the chunk's candidates); returns whether it does."""
+    if not _explicit_gate(m, hist, skipped, f, ref, code_lengths, M, fe):
         return False
+    c = np.empty(N_SYMBOLS, np.int64)
     if full_state[0] == 0:
         full[:] = _full_hist(w, n, E, M, full_state[1])
         full_state[0] = 1
@@ -976,7 +997,11 @@ def _best_layout(fine, E, M, code_lengths, zeros, orlow, c):
             for sy in range(N_SYMBOLS):
                 f[sy] = max(ct[sy] * TOTAL // ns, 1) if ct[sy] > 0 else 0
             tb = (_explicit_nbytes(f) + 1) * _TABLE_BYTE
-            est = _explicit_symbol_length(ct, f, code_lengths) + tb + ((n_nz * _plane_bits(fine, M, layout, orlow)) << LENGTH_FRAC_BITS)
+            used = 0
+            for sy in range(N_SYMBOLS):
+                used += ct[sy] > 0
+            est = (_explicit_symbol_length(ct, f, code_lengths) + tb + _ESTIMATE_BIAS * (used - 1)
+                   + ((n_nz * _plane_bits(fine, M, layout, orlow)) << LENGTH_FRAC_BITS))
             if best < 0 or est < best:
                 best = est
                 best_layout = layout
@@ -1032,11 +1057,11 @@ def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, orlow, fe):
 
 @njit(cache=True)
 def _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap, table, ntab, out, sym,
-                 wbuf, limit):
+                 wbuf, ahead, limit):
     """Format 8 (a draft): a CODED payload of ``vals[:m]`` with an explicit table whose symbols have the
     symbol ``layout`` (not 0), one value at a time (the SIMD passes know only layout 0's keys): keys,
-    symbols, escapes and the plane below the symbol's bits, then the rANS rounds one lane at a time (the
-    same steps as :func:`_code_dense`'s).  Returns the size as _code_dense does (``limit`` likewise)."""
+    symbols, escapes and the plane below the symbol's bits, then :func:`_code_dense`'s rANS rounds.  Returns
+    the size as _code_dense does (``limit`` likewise)."""
     k = _lanes(m)
     xk = layout & 3
     sb = (layout >> 2) & 1
@@ -1097,20 +1122,16 @@ def _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap,
     if nacc > 0:
         plane[q] = acc & 0xFF
     fixed = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
-    inv = np.empty(N_SYMBOLS, np.float64)
-    for t in range(N_SYMBOLS):
-        inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
+    ent = np.empty(0 if PERMUTE else m, np.uint32)      # packed entries (codec._simd.PACK_F) without permutes
+    if not PERMUTE:
+        for i in range(m):
+            sy = sym[i]
+            ent[i] = sy | (f[sy] << PACK_F) | ((cum[sy] & 0xFFF) << PACK_CUM)
     x = _private(k, RANS_L, np.uint32)
     cap = len(wbuf)
-    pos = cap
-    full_rounds = m // k
-    for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
-        pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
-    for r in range(full_rounds - 1, -1, -1):
-        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
-            return fixed + 2 * (cap - pos)
-        for lane in range(k - 1, -1, -1):
-            pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
+    pos = _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead)
+    if pos < 0:
+        return -pos
     n_words = cap - pos
     size = fixed + 2 * n_words
     if size > len(out) or (limit >= 0 and size > limit):
@@ -1180,11 +1201,12 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
         if full_state[3] == 0:
             fine[nbf:] = _fine_hist(w_all, n_all, step, E, M)
             full_state[3] = 1
-        if _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros, orlow):
+        fe = np.empty(N_SYMBOLS, np.int64)
+        if (_explicit_gate(m, hist, skipped_zeros, f, ref, code_lengths, M, fe)
+                or _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros, orlow)):
             if full_state[2] == 0:
                 fine[:nbf] = _fine_hist(w_all, n_all, 1, E, M)
                 full_state[2] = 1
-            fe = np.empty(N_SYMBOLS, np.int64)
             layout, r = _explicit_choice(fine[:nbf], f, ref, code_lengths, E, M, full_skipped, orlow, fe)
             if layout >= 0:
                 cb = CB_EXPLICIT
@@ -1196,7 +1218,7 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
                     cum[s + 1] = cum[s] + f[s]
                 if layout:
                     return _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap,
-                                        table, ntab, out, sym, wbuf, limit)
+                                        table, ntab, out, sym, wbuf, ahead, limit)
     elif explicit:
         fe = np.empty(N_SYMBOLS, np.int64)
         if _choose_explicit(m, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped, f, ref,

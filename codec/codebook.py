@@ -541,19 +541,23 @@ def _plane_bits(fine: np.ndarray, man_bits: int, layout: int, orlow: int) -> int
 def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: np.ndarray, zeros: int, orlow: int):
     """``(estimated length, layout, symbol counts, ref, table length)`` of the layout whose unquantised
     frequencies ``max(1, c * TOTAL // n)`` code the values of ``fine`` (and ``zeros`` +0) in the fewest bits
-    (Q8: code lengths, escapes, table bytes with the layout byte, plane bits), the first of :func:`layouts`
-    on ties."""
+    (Q8: code lengths, escapes, table bytes with the layout byte, plane bits, and the Miller-Madow
+    correction: counts' own entropy is below the source's by about ``log2(e) / 2`` bits a used symbol, so a
+    sample's finer layouts look better than they are), the first of :func:`layouts` on ties."""
     n_nz = int(np.asarray(fine[:-1]).sum())
     best = None
     for layout in layouts(man_bits):
         c, r = _layout_counts(layout_histogram(fine, exp_bits, man_bits, layout), zeros, layout)
         ns = int(c.sum())
         f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)
-        est = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH
+        est = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH + _ESTIMATE_BIAS * (int((c > 0).sum()) - 1)
                + (n_nz * _plane_bits(fine, man_bits, layout, orlow) << LENGTH_FRAC_BITS))
         if best is None or est < best[0]:
             best = (est, layout, c, r, (explicit_table_nbytes(f) + 1) * _BYTE_LENGTH)
     return best
+
+
+_ESTIMATE_BIAS = 185          # log2(e) / 2 bits a used symbol, Q8 (_best_layout)
 
 
 def _fitted_total(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,

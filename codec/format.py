@@ -130,7 +130,8 @@ sign bit with LAYOUT_SIGN, else 0 and nothing), window symbol ``SYM_WINDOW0 + j`
 mantissa below the symbol's bits: as version 7's with ``M - k`` for ``M`` (:func:`plane_width`,
 ``shift + narrow <= M - 1 - k``).  With LAYOUT_SIGN the head's sign mode is SIGN_POSITIVE (the plane
 has no sign; the symbol's is the value's).  Layout 0 is version 7's table and symbols.  The encoder's
-choice: :func:`codec.codebook.explicit_choice`.
+choice: where format 7's gate (:func:`codec.codebook.explicit_may_pay`) or the layouts' own
+(:func:`codec.codebook.explicit_choice_may_pay`) opens, :func:`codec.codebook.explicit_choice`.
 
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes.
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``

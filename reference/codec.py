@@ -255,7 +255,8 @@ def _coded_payloads(sub: np.ndarray, lay: FloatLayout, fam, *, hists, xhists, mo
         for j, (cb, ref) in enumerate(heads):
             sample, full = xhists[j]
             orlow = int(np.bitwise_or.reduce(low[j]))
-            if not explicit_choice_may_pay(sample, tables[j][0], ref, n, fam.code_lengths, lay.exp_bits, M, 0, orlow):
+            if not (explicit_may_pay(hists[j], tables[j][0], ref, n, fam.code_lengths, M)     # format 7's gate, or
+                    or explicit_choice_may_pay(sample, tables[j][0], ref, n, fam.code_lengths, lay.exp_bits, M, 0, orlow)):
                 continue
             got = explicit_choice(full, tables[j][0], ref, fam.code_lengths, lay.exp_bits, M, 0, orlow)
             if got is not None:
