@@ -19,7 +19,7 @@ from numba import njit
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from . import format as fmt
-from .codebook import (_ESTIMATE_BIAS, ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
+from .codebook import (_ESTIMATE_BIAS, LAYOUT_MARGIN_SHIFT, ESC_LENGTH, EXPLICIT_GATE, EXPLICIT_STEP, LAYOUT_MAX_EXTRA, LAYOUT_SIGN, LENGTH_FRAC_BITS, N_SYMBOLS, PHASES, PROB_BITS, REF_MIN, SAMPLE_MIN, SAMPLE_STEP, STAT_FRAC_BITS,
                        SYM_ESC, SYM_WINDOW0, SYM_ZERO, TOTAL, WINDOW, WINDOW_LOW, ZERO_FRAC_BITS, ZERO_LEVELS,
                        load_family, n_codebooks)
 from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYTES, FAULT_BITMAP, FAULT_CODEBOOK, FAULT_COUNTS, FAULT_EMPTY, FAULT_EXPONENT,
@@ -986,6 +986,7 @@ def _best_layout(fine, E, M, code_lengths, zeros, orlow, c):
     best_layout = 0
     best_ref = 0
     best_tb = 0
+    est0 = 0
     for k in range(x + 1):
         for s in range(2):
             layout = k | (s * LAYOUT_SIGN)
@@ -1002,7 +1003,9 @@ def _best_layout(fine, E, M, code_lengths, zeros, orlow, c):
                 used += ct[sy] > 0
             est = (_explicit_symbol_length(ct, f, code_lengths) + tb + _ESTIMATE_BIAS * (used - 1)
                    + ((n_nz * _plane_bits(fine, M, layout, orlow)) << LENGTH_FRAC_BITS))
-            if best < 0 or est < best:
+            if layout == 0:
+                est0 = est
+            if (best < 0 or est < best) and (layout == 0 or est + (est0 >> LAYOUT_MARGIN_SHIFT) < est0):
                 best = est
                 best_layout = layout
                 best_ref = r

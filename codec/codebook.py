@@ -464,6 +464,8 @@ def explicit_pays(hist: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np
 # ----------------------------------------------------------------- symbol layouts (format 8, a draft)
 LAYOUT_MAX_EXTRA = 3      # at most this many mantissa bits below the leading one in a symbol
 LAYOUT_SIGN = 4           # layout bit: the sign is in the symbol
+_ESTIMATE_BIAS = 185          # log2(e) / 2 bits a used symbol, Q8 (_best_layout)
+LAYOUT_MARGIN_SHIFT = 9       # a layout other than 0 must save 1/512 of layout 0's estimate
 
 
 def layout_parts(layout: int) -> tuple[int, int]:
@@ -543,21 +545,26 @@ def _best_layout(fine: np.ndarray, man_bits: int, exp_bits: int, code_lengths: n
     frequencies ``max(1, c * TOTAL // n)`` code the values of ``fine`` (and ``zeros`` +0) in the fewest bits
     (Q8: code lengths, escapes, table bytes with the layout byte, plane bits, and the Miller-Madow
     correction: counts' own entropy is below the source's by about ``log2(e) / 2`` bits a used symbol, so a
-    sample's finer layouts look better than they are), the first of :func:`layouts` on ties."""
+    sample's finer layouts look better than they are), the first of :func:`layouts` on ties; a layout other
+    than 0 only where it saves at least 2^-LAYOUT_MARGIN_SHIFT of layout 0's estimate (its chunks are slower
+    to code: a gain below that is not worth it)."""
     n_nz = int(np.asarray(fine[:-1]).sum())
     best = None
+    est0 = None                  # layout 0's estimate (the first; absent only where a test forces a layout)
     for layout in layouts(man_bits):
         c, r = _layout_counts(layout_histogram(fine, exp_bits, man_bits, layout), zeros, layout)
         ns = int(c.sum())
         f = np.where(c > 0, np.maximum(c * TOTAL // ns, 1), 0)
         est = (explicit_length(c, f, code_lengths) + _BYTE_LENGTH + _ESTIMATE_BIAS * (int((c > 0).sum()) - 1)
                + (n_nz * _plane_bits(fine, man_bits, layout, orlow) << LENGTH_FRAC_BITS))
-        if best is None or est < best[0]:
+        if layout == 0:
+            est0 = est
+        if (best is None or est < best[0]) and (est0 is None or layout == 0
+                                                or est + (est0 >> LAYOUT_MARGIN_SHIFT) < est0):
             best = (est, layout, c, r, (explicit_table_nbytes(f) + 1) * _BYTE_LENGTH)
     return best
 
 
-_ESTIMATE_BIAS = 185          # log2(e) / 2 bits a used symbol, Q8 (_best_layout)
 
 
 def _fitted_total(fine: np.ndarray, freq: np.ndarray, ref: int, code_lengths: np.ndarray, exp_bits: int,
