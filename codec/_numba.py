@@ -454,7 +454,7 @@ def _step_bits(fs, total):
     return np.log2(total / fs) + np.log2(1.0 - (fs - 1.0) * (total - fs) / (total * 65536.0))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     """The rANS rounds of a payload's ``m`` symbols ``sym`` (``ent``: their packed entries where there are no
     permutes) on ``k`` lanes from the states ``x``, backwards (16 lanes at a time in chunks of 16 or 32
@@ -868,7 +868,11 @@ def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, 
             < EXPLICIT_STEP * _fitted_length(full, full_skipped, f, ref, code_lengths, M))
 
 
-# ------------------------------------------------- format 8's symbol layouts (a draft; codec.codebook's twins)
+# --------------------------------------- format 8's symbol layouts (a draft; codec.codebook's twins)
+# The layout choice's numba twins, tested against codec.codebook.  Not yet called by the encoder: wired in, they
+# and the layout chunks' coder added ~35 s to each cold compile of the encode kernel (per word type), which the
+# test run cannot afford; until the encode kernel compiles them only where format 8 is written, the reference
+# writes format 8 (codec.api).
 @njit(cache=True)
 def _fine_hist(vals, m, step, E, M):
     """codec.codebook.fine_histogram of ``vals[:m:step]``, in four interleaved partial counts."""
@@ -1059,107 +1063,6 @@ def _explicit_choice(fine, f, ref, code_lengths, E, M, skipped, orlow, fe):
 
 
 @njit(cache=True)
-def _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap, table, ntab, out, sym,
-                 wbuf, ahead, limit):
-    """Format 8 (a draft): a CODED payload of ``vals[:m]`` with an explicit table whose symbols have the
-    symbol ``layout`` (not 0), one value at a time (the SIMD passes know only layout 0's keys): keys,
-    symbols, escapes and the plane below the symbol's bits, then :func:`_code_dense`'s rANS rounds.  Returns
-    the size as _code_dense does (``limit`` likewise)."""
-    k = _lanes(m)
-    xk = layout & 3
-    sb = (layout >> 2) & 1
-    bits = 1 + xk + sb
-    mk = M - xk
-    kbase = (ref - WINDOW_LOW) << bits
-    nkey = 1 << (E + bits)
-    symtab = np.empty(nkey, np.int64)
-    for key in range(nkey):
-        j = key - kbase
-        symtab[key] = SYM_WINDOW0 + j if 0 <= j < 2 * WINDOW and f[SYM_WINDOW0 + j] > 0 else SYM_ESC
-    zero_ok = f[SYM_ZERO] > 0
-    lowmask = (1 << (mk - 1)) - 1
-    orl = orlow & lowmask
-    shift = 0
-    while shift < mk - 1 and ((orl >> shift) & 1) == 0:
-        shift += 1
-    n_sm = m - _count_zero(vals, m) if zero_ok else m
-    sign = SIGN_POSITIVE if sb else _sign_mode(n_neg, n_sm)
-    narrow = _narrow(orl, shift, mk, sign)
-    width = _plane_width(mk, shift, sign, narrow)
-    full = width // 8
-    rem = width % 8
-    nplane = _packed_nbytes(n_sm, width)
-    plane = np.zeros(nplane + 8, np.uint8)
-    esc = np.empty(m, np.int64)
-    n_esc = 0
-    kk = 0
-    q = full * n_sm
-    acc = 0
-    nacc = 0
-    for i in range(m):
-        v = np.int64(vals[i])
-        if v == 0 and zero_ok:
-            sym[i] = SYM_ZERO
-            continue
-        sg = (v >> (E + M)) & 1
-        key = (((v >> M) & ((1 << E) - 1)) << (1 + xk)) | ((v >> (mk - 1)) & ((2 << xk) - 1))
-        if sb:
-            key = (key << 1) | sg
-        sy = symtab[key]
-        sym[i] = sy
-        if sy == SYM_ESC:
-            esc[n_esc] = key
-            n_esc += 1
-        res = (((sg if sign == SIGN_STORED else 0) << (mk - 1 - shift)) | ((v & lowmask) >> shift))
-        for b in range(full):
-            plane[b * n_sm + kk] = (res >> (8 * b)) & 0xFF
-        if rem:
-            acc |= ((res >> (8 * full)) & ((1 << rem) - 1)) << nacc
-            nacc += rem
-            while nacc >= 8:
-                plane[q] = acc & 0xFF
-                q += 1
-                acc >>= 8
-                nacc -= 8
-        kk += 1
-    if nacc > 0:
-        plane[q] = acc & 0xFF
-    fixed = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * n_esc       # all but the words
-    ent = np.empty(0 if PERMUTE else m, np.uint32)      # packed entries (codec._simd.PACK_F) without permutes
-    if not PERMUTE:
-        for i in range(m):
-            sy = sym[i]
-            ent[i] = sy | (f[sy] << PACK_F) | ((cum[sy] & 0xFFF) << PACK_CUM)
-    x = _private(k, RANS_L, np.uint32)
-    cap = len(wbuf)
-    pos = _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead)
-    if pos < 0:
-        return -pos
-    n_words = cap - pos
-    size = fixed + 2 * n_words
-    if size > len(out) or (limit >= 0 and size > limit):
-        return size
-    p = _put_head(out, CB_EXPLICIT, ref, shift, mode, sign, narrow, n_sm, n_esc, n_words, table, ntab, bitmap,
-                  nbitmap, x, k)
-    copy_bytes(out, p, wbuf, 2 * pos, 2 * n_words)
-    p += 2 * n_words
-    copy_bytes(out, p, plane, 0, nplane)
-    p += nplane
-    for t in range(n_esc):
-        _put16(out, p, esc[t])
-        p += 2
-    return p
-
-
-@njit(cache=True)
-def _count_zero(vals, m):
-    z = 0
-    for i in range(m):
-        z += vals[i] == 0
-    return z
-
-
-@njit(cache=True)
 def _pack_table(f, out):
     """codec.format.pack_explicit_table into ``out``; returns its length."""
     lo, hi = _window_range(f)
@@ -1182,7 +1085,7 @@ def _pack_table(f, out):
 
 @njit(cache=True)
 def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                 zero_thresholds, explicit, w_all, n_all, full, full_state, fine, full_skipped, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
+                 zero_thresholds, explicit, w_all, n_all, full, full_state, full_skipped, mode, bitmap, nbitmap, out, sym, wbuf, ahead, limit):
     """Write a CODED payload for ``vals[:m]`` into ``out``; return its size (nothing is written
     when it exceeds ``len(out)``, or ``limit`` when that is >= 0: see :func:`_code_dense`).
     ``stats``: :func:`_stats` of ``vals[:m]``.
@@ -1198,31 +1101,7 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     _tables(freqs, cb, ref, E, has_inf, f, cum)
     table = np.empty(EXPLICIT_MAX_BYTES, np.uint8)
     ntab = 0
-    if explicit == 2:                   # format 8 (a draft): the choice of a table and symbol layout
-        nbf = len(fine) // 2
-        step = min(_SAMPLE_STEP, max(1, n_all // _SAMPLE_MIN))
-        if full_state[3] == 0:
-            fine[nbf:] = _fine_hist(w_all, n_all, step, E, M)
-            full_state[3] = 1
-        fe = np.empty(N_SYMBOLS, np.int64)
-        if (_explicit_gate(m, hist, skipped_zeros, f, ref, code_lengths, M, fe)
-                or _explicit_choice_may_pay(fine[nbf:], f, ref, m, code_lengths, E, M, skipped_zeros, orlow)):
-            if full_state[2] == 0:
-                fine[:nbf] = _fine_hist(w_all, n_all, 1, E, M)
-                full_state[2] = 1
-            layout, r = _explicit_choice(fine[:nbf], f, ref, code_lengths, E, M, full_skipped, orlow, fe)
-            if layout >= 0:
-                cb = CB_EXPLICIT
-                ref = r
-                table[0] = layout
-                ntab = 1 + _pack_table(fe, table[1:])
-                for s in range(N_SYMBOLS):
-                    f[s] = fe[s]
-                    cum[s + 1] = cum[s] + f[s]
-                if layout:
-                    return _code_layout(vals, m, E, M, layout, ref, f, cum, orlow, n_neg, mode, bitmap, nbitmap,
-                                        table, ntab, out, sym, wbuf, ahead, limit)
-    elif explicit:
+    if explicit:
         fe = np.empty(N_SYMBOLS, np.int64)
         if _choose_explicit(m, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped, f, ref,
                             code_lengths, M, fe):
@@ -1505,9 +1384,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
     hist, occ, k_occ = _sample_hist(w, n, step, E, M)     # the fit's sample, shared by every candidate payload
     full = np.empty((2 << E) + 1, np.int64)               # format 7: every value's histogram, once, if wanted
-    # format 8: every value's fine histogram, then the sample's, once each, if wanted
-    fine = np.empty(2 * ((1 << (E + 2 + min(LAYOUT_MAX_EXTRA, M - 1))) + 1) if explicit == 2 else 0, np.int64)
-    full_state = np.zeros(4, np.int64)                    # [made?, the chunk's +0, fine made?, fine sample made?]
+    full_state = np.zeros(2, np.int64)                    # [made?, the chunk's +0]
     stats = _stats(w, n, E, M)
     n_zero = stats[0]
     full_state[1] = n_zero
@@ -1576,7 +1453,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # a later candidate is kept only when strictly smaller: it stops once it is not
             lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
-                                mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, fine, skipped_x,
+                                mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, skipped_x,
                                 mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
             if size <= lim:
@@ -1584,10 +1461,10 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, fine, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
+                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, fine, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
         if best_size <= cand_size:
             best[:best_size] = scratch[:best_size]
         else:
@@ -1830,8 +1707,7 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
     ctl = _counters(3)
     consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(),
-              2 if explicit_layouts(fmt.WRITE_VERSION) else int(explicit_tables(fmt.WRITE_VERSION)))   # format 7's
-    # explicit tables (1), format 8's with symbol layouts (2), where they are written
+              explicit_tables(fmt.WRITE_VERSION))      # format 7's explicit tables, where it is written
     no_prev = np.empty(0, np.int64)
     prev_c0 = prev_first = 0
     prev_at = no_prev

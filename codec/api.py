@@ -244,7 +244,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         return _encode_device(x, dev_x, chunk_size, checksum, partition, out,
                               _device_dialect(backend, "tensor", dev_x))
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
-    impl = backends.get(backend)
+    impl = backends.get(_host_backend(backend, fmt.WRITE_VERSION))
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
     if out is not None:
         dst, result = _out_bytes(out)
@@ -273,6 +273,12 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         dst[len(head):end - slack] = dst[pos:end]     # head: at most COMPACT_MAX_CHUNKS chunks of them)
     dst[:len(head)] = np.frombuffer(head, np.uint8)
     return result(end - slack)
+
+
+def _host_backend(backend: str, version: int) -> str:
+    """The host backend that writes format ``version``: format 8 (a draft) has no numba encoder yet (see
+    codec._numba's layout section), so the reference writes its streams where numba was asked for."""
+    return "reference" if fmt.explicit_layouts(version) and backend in ("auto", "numba") else backend
 
 
 def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=None, max_numel=None):

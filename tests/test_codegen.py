@@ -208,7 +208,7 @@ def test_triton_rans_lanes(k):
                             sample_histogram(w, lay.exp_bits, lay.man_bits, sample_step(len(w))), lay.exp_bits,
                             lay.has_inf, load_family())
     freq, cum, _ = chunk_tables(cb, r, lay.exp_bits, lay.has_inf)
-    sym = ref._symbols(e, (sm >> 6) & 1, w == 0, r, freq)
+    sym = ref._symbols(ref._keys(e, sm, lay.man_bits, 0), 1, w == 0, r, freq)
     states, words = ref.rans_encode(sym[None, :], freq[None, :].astype(np.int64), cum[None, :-1].astype(np.int64), k)
     t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64))  # noqa: E731
     wt = _words(x)
