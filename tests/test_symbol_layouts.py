@@ -74,10 +74,12 @@ def test_every_layout_round_trips(v8, monkeypatch, dtype, layout):
 
 
 @pytest.mark.parametrize("dtype, values, sign_in_symbol", [
-    ("float8_e4m3fn", lambda: np.random.default_rng(1).standard_normal(1 << 15) * 0.02, False),
-    ("float16", lambda: np.random.default_rng(2).standard_normal(1 << 15) * 1e-6, False),   # subnormals
+    pytest.param("float8_e4m3fn", lambda: np.random.default_rng(1).standard_normal(1 << 15) * 0.02, False,
+                 marks=pytest.mark.slow),
+    pytest.param("float16", lambda: np.random.default_rng(2).standard_normal(1 << 15) * 1e-6, False,  # subnormals
+                 marks=pytest.mark.slow),
     ("bfloat16", lambda: _gelu(1 << 15, 3), True),
-    ("float8_e5m2", lambda: _gelu(1 << 15, 4), True),
+    pytest.param("float8_e5m2", lambda: _gelu(1 << 15, 4), True, marks=pytest.mark.slow),
 ])
 def test_layouts_pay_where_the_values_leave_information(dtype, values, sign_in_symbol):
     """Where the mantissa below the leading bit is not uniform (fp8, subnormals) or the sign depends on the
