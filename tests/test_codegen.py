@@ -95,9 +95,10 @@ def _encoder_case(dtype):
                            low.view(g.dtype)])
 
 
-# interpreted, each dtype takes ~10 s (12-13 s on Zen 3): bfloat16 in the README's run, the others in CI's slow step
-@pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow)
-                                   for d in DTYPES])
+# interpreted, each dtype takes ~10 s (12-14 s on Zen 3): all in CI's slow step (the README's run keeps
+# test_triton_encoder_into_buffer_and_checksums, which runs the same kernels)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_triton_encoder_bit_exact(dtype):
     """The device encoder (statistics, model fit, tables, symbols, planes, rANS, placement) writes the
     reference's bytes, and the device decoder reads them from a tensor (chunk heads gathered there)."""
