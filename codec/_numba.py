@@ -36,7 +36,7 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     stats16, fill16,
-                    values16_escaped, values16_window)
+                    values16_escaped, values16_window, rans_decode16_window, WINDOW_WP_BITS)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
 
@@ -1790,6 +1790,7 @@ def _ranked_slots(f, cum, rt):
 
 
 _MASK62 = (1 << 62) - 1
+_WP_MASK = (1 << WINDOW_WP_BITS) - 1
 # a decoder's row of tables (u32): the slot table (+ LANES: see _open_chunk), then the ranked table;
 # rows a multiple of 64 bytes, so both rows' ranked tables start on 64-byte boundaries (see _aligned)
 _TAB_ROW = -(-(RANKED_AT + RANKED_LEN) // 16) * 16
@@ -1930,12 +1931,21 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     full = width // 8
     rem = width % 8
     # (format 8's layouts assemble their values one at a time, in _finish_chunk's general pass)
-    dense = mode == 0 and n_sm == n_coded and lay[0] == 0
-    # values below v_safe may be assembled 16 at a time: the residual reader loads 16 bytes from
-    # the first remainder byte of the 16 values, which must stay inside ``buf``
+    # 1: dense (value i = residual i); 2: ZERO symbols but no zero blocks (the rounds assemble values
+    # with residuals read from any index); 0: the rest, values in _finish_chunk's general pass
+    dense = 0
+    if mode == 0 and lay[0] == 0:
+        dense = 1 if n_sm == n_coded else 2
+    # dense: values below v_safe may be assembled 16 at a time (the residual reader loads 16 bytes from
+    # the first remainder byte of the 16 values, which must stay inside ``buf``); ZERO symbols: groups
+    # whose residuals start at or below v_safe
     v_safe = 0
-    if dense:
+    if dense == 1:
         v_safe = ((len(buf) - 16 - wend - full * n_sm) // max(rem, 1)) * 8 + LANES if rem else n_coded
+    elif dense == 2:
+        v_safe = min(_kk_safe(len(buf), wend, n_sm, full, rem), n_sm - LANES)
+        if rem:          # the specialised readers load 16 bytes from the first field's byte
+            v_safe = min(v_safe, (len(buf) - 16 - wend - full * n_sm) * 8 // rem)
     prm[_P_N] = n
     prm[_P_NCODED] = n_coded
     prm[_P_K] = k
@@ -1988,16 +1998,52 @@ def _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift,
 
 
 @njit(cache=True, inline="always")
-def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm, full, rem, shift, ref, em, prm,
+def _decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, E, M, out, esc, ke,
+                     n_esc, ranked):
+    """rans_decode16_window, specialised (literal plane layouts) as _decode16_values is."""
+    if shift == 0 and em == (E << 8) | M and full * 8 + rem == M - 1:
+        if E == 8 and M == 7:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 0, 6, 0, ref, 0x807, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 5 and M == 10:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 1, 1, 0, ref, 0x50A, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 8 and M == 23:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 2, 6, 0, ref, 0x817, out, esc,
+                                        ke, n_esc, ranked)
+    if shift == 0 and em == (E << 8) | M and full * 8 + rem == M:
+        if E == 8 and M == 7:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 0, 7, 0, ref, 0x807, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 5 and M == 10:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 1, 2, 0, ref, 0x50A, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 8 and M == 23:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 2, 7, 0, ref, 0x817, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 4 and M == 3:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 0, 3, 0, ref, 0x403, out, esc,
+                                        ke, n_esc, ranked)
+        if E == 5 and M == 2:
+            return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, 0, 2, 0, ref, 0x502, out, esc,
+                                        ke, n_esc, ranked)
+    return rans_decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, out, esc, ke,
+                                n_esc, ranked)
+
+
+@njit(cache=True, inline="always")
+def _fast_round(buf, tab, x, sym, r, wp, done, ke, kk, k, dense, v_safe, plane, n_sm, full, rem, shift, ref, em, prm,
                 E, M, out, ranked):
     """Round ``r`` of a chunk opened by _open_chunk, 16 lanes at a time (the caller checked that the
-    round's 2k stream bytes are inside ``buf`` and that it starts inside the words).  Dense chunks also assemble the round's values
-    while they stay below v_safe.  Scalars come unpacked from ``prm`` so they stay in registers.
-    Returns (wp, done, ke); ke < 0 is minus an error code."""
+    round's 2k stream bytes are inside ``buf`` and that it starts inside the words).  Dense chunks
+    (``dense`` 1) also assemble the round's values while they stay below v_safe; chunks with ZERO
+    symbols (``dense`` 2) while the residuals they read start at or below v_safe (``kk``: the residuals
+    the values before ``done`` took).  Scalars come unpacked from ``prm`` so they stay in registers.
+    Returns (wp, done, ke, kk); ke < 0 is minus an error code."""
     base = r * k
     for h in range(0, k, LANES):
         at = base + h
-        if dense and done == at and at + LANES <= v_safe:
+        if dense == 1 and done == at and at + LANES <= v_safe:
             ret = _decode16_values(x, h, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, E, M, out,
                                    ranked)
             wp = ret & _MASK62
@@ -2009,15 +2055,33 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, k, dense, v_safe, plane, n_sm
                 else:
                     ke = _values_dense(buf, sym, at, at + LANES, prm, ke, E, M, out)
                     if ke < 0:
-                        return wp, done, ke
+                        return wp, done, ke, kk
             done = at + LANES
+        elif dense == 2 and done == at and kk <= v_safe:
+            ret = _decode16_window(x, h, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, E, M, out,
+                                   prm[_P_ESC], ke, prm[_P_NESC], ranked)
+            wp = ret & _WP_MASK
+            if not ret >> 62:        # else this group and the rest go symbol by symbol (_finish_chunk)
+                kk += (ret >> WINDOW_WP_BITS) & 63
+                ke += (ret >> (WINDOW_WP_BITS + 6)) & 63
+                done = at + LANES
         else:
             wp = rans_decode16(x, h, tab, buf, wp, sym, at, ranked)
-    return wp, done, ke
+    return wp, done, ke, kk
+
+
+@njit(cache=True, inline="always")
+def _kk_safe(buflen, plane, n_sm, full, rem):
+    """The highest residual index from which _residual16 may read 16 residuals of a plane at ``plane``
+    (``full`` byte planes of ``n_sm`` bytes, then ``rem``-bit fields) inside a buffer of ``buflen`` bytes."""
+    kk_safe = (buflen - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
+    if full:
+        kk_safe = min(kk_safe, buflen - 16 - plane - (full - 1) * n_sm)
+    return kk_safe
 
 
 @njit(cache=True)
-def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
+def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, kk, E, M, out):
     """Rounds ``r0..`` one lane at a time, the stream checks, then the values not yet assembled.
     Returns an error code (0 = ok)."""
     k = prm[_P_K]
@@ -2053,7 +2117,7 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     for lane in range(k):
         if x[lane] != RANS_L:
             return FAULT_RANS_STATE
-    if prm[_P_DENSE]:
+    if prm[_P_DENSE] == 1:
         # the values the SIMD rounds did not assemble (all of a chunk of fewer than 16 lanes), 16 at a
         # time as the rounds do, escapes included; a group with a fault is redone one value at a time
         em = (E << 8) | M | (prm[_P_NEG] << 16)
@@ -2093,13 +2157,12 @@ def _finish_chunk(buf, prm, tab, x, sym, r0, wp, done, ke, E, M, out):
     kbase = (ref - WINDOW_LOW) << bits                 # window symbol j: key kbase + j
     negbit = prm[_P_NEG] << (mk - 1 - shift)           # a negative chunk's sign, where the residual has it
     # groups of 16 symbols (window or ZERO) whose residuals kk..kk+15 can be read 16 at a time inside buf
-    kk_safe = (len(buf) - 8 - plane - full * n_sm) * 8 // max(rem, 1) - 8 - 16 if rem else n_sm
-    if full:
-        kk_safe = min(kk_safe, len(buf) - 16 - plane - (full - 1) * n_sm)
-    kk = 0
+    kk_safe = _kk_safe(len(buf), plane, n_sm, full, rem)
+    # a chunk with ZERO symbols and no zero blocks: the rounds assembled the values before ``done``,
+    # which took ``kk`` residuals and ``ke`` escapes (elsewhere done, kk and ke are 0)
     blk = 0
-    oi = 0
-    i = 0
+    oi = done
+    i = done
     scalar_to = 0                     # values before this index go one at a time (a group had an ESC)
     while i < n_coded:
         if mode != 0 and (oi == 0 or oi % bs == 0):
@@ -2279,6 +2342,8 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     d1 = 0
     e0 = 0
     e1 = 0
+    kk0 = 0
+    kk1 = 0
     # a SIMD round reads at most 2k stream bytes from wp: it may start while wp is inside the words
     # and those bytes inside buf (a valid stream then never passes the words' end; a corrupted one
     # that does is caught after the loop), so only a chunk at the very end of buf finishes by scalar rounds
@@ -2287,28 +2352,28 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     go0 = coded[0] and r0 < fast0 and wp0 <= wl0
     go1 = coded[1] and r1 < fast1 and wp1 <= wl1
     while go0 and go1:
-        wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                  ref0, em0, p0, E, M, o0, rk0)
-        wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                  ref1, em1, p1, E, M, o1, rk1)
+        wp0, d0, e0, kk0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, kk0, k0_, dense0, vs0, pl0, nsm0,
+                                           full0, rem0, sh0, ref0, em0, p0, E, M, o0, rk0)
+        wp1, d1, e1, kk1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, kk1, k1_, dense1, vs1, pl1, nsm1,
+                                           full1, rem1, sh1, ref1, em1, p1, E, M, o1, rk1)
         r0 += 1
         r1 += 1
         go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
         go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     while go0:
-        wp0, d0, e0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, k0_, dense0, vs0, pl0, nsm0, full0, rem0, sh0,
-                                  ref0, em0, p0, E, M, o0, rk0)
+        wp0, d0, e0, kk0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, kk0, k0_, dense0, vs0, pl0, nsm0,
+                                           full0, rem0, sh0, ref0, em0, p0, E, M, o0, rk0)
         r0 += 1
         go0 = r0 < fast0 and wp0 <= wl0 and e0 >= 0
     while go1:
-        wp1, d1, e1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, k1_, dense1, vs1, pl1, nsm1, full1, rem1, sh1,
-                                  ref1, em1, p1, E, M, o1, rk1)
+        wp1, d1, e1, kk1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, kk1, k1_, dense1, vs1, pl1, nsm1,
+                                           full1, rem1, sh1, ref1, em1, p1, E, M, o1, rk1)
         r1 += 1
         go1 = r1 < fast1 and wp1 <= wl1 and e1 >= 0
     if coded[0]:
-        errors[j0] = _finish_chunk(buf, p0, t0, x0, s0, r0, wp0, d0, e0, E, M, o0)
+        errors[j0] = _finish_chunk(buf, p0, t0, x0, s0, r0, wp0, d0, e0, kk0, E, M, o0)
     if coded[1]:
-        errors[j0 + 1] = _finish_chunk(buf, p1, t1, x1, s1, r1, wp1, d1, e1, E, M, o1)
+        errors[j0 + 1] = _finish_chunk(buf, p1, t1, x1, s1, r1, wp1, d1, e1, kk1, E, M, o1)
 
 
 _DECODERS = {}

@@ -623,6 +623,86 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     return sig, codegen
 
 
+WINDOW_WP_BITS = 48        # rans_decode16_window's result: the stream offset below bit 48, then counts
+
+
+@intrinsic(prefer_literal=True)
+def rans_decode16_window(typingctx, x, lane0, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em,
+                         out, esc, ke, n_esc, ranked):
+    """:func:`rans_decode16`, then the 16 values ``out[at:at+16]`` of a chunk with ZERO symbols and no
+    zero blocks, where value, symbol and residual indices differ (a sum's rare exact cancellations, a
+    ReLU's half +0): a ZERO lane is +0 and takes no residual, the others take residuals ``kk, kk+1,
+    ...`` in lane order (:func:`values16_window`), an ESC lane ``field << 1 | lead`` from the chunk's
+    escapes (u16 from byte offset ``esc``; ``ke`` of the ``n_esc`` consumed so far) as
+    :func:`values16_escaped` does.  One pass instead of the symbols' rounds and then the values'.
+
+    Returns ``wp | took << 48 | escapes << 54`` (the residuals and escapes the group took), ``| 1 << 62``
+    when the escapes run out or an escape's field exceeds the exponent range: ``sym[at:at+16]`` is
+    then written (and only then) and the values are garbage; the caller leaves the group, and the
+    rest of the chunk, to the symbol-by-symbol pass, which names the fault.  Reads 16 residuals as
+    :func:`_residual16` with ``at = kk`` (not aligned where ``full`` and ``rem`` are literals), and nothing
+    past the escapes."""
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, out, esc, ke,
+                      n_esc, ranked)
+
+    def codegen(context, builder, signature, args):
+        (xa, lane0v, ta, ba, wpv, sa, atv, kkv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, escv, kev, nescv,
+         rv) = args
+        st = signature.args
+        bp = _data(context, builder, st[3], ba)
+        xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
+        s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, st[2], ta, rv), bp, wpv)
+        zero = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ZERO))
+        is_esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+        n_e = _popcount16(builder, is_esc)
+        t_window = _window_t(builder, s, refv)
+        # escapes are rare: their expand-load (microcoded on Zen 4) only in a group that has one
+        with builder.if_else(builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), likely=False) as (
+                escaped, plain):
+            with escaped:
+                enough = builder.icmp_signed("<=", builder.add(kev, n_e), nescv)
+                take = builder.select(enough, is_esc, _splat(_I1, 0))
+                ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))),
+                                                _I16), take, exact=True)
+                t_esc = builder.select(is_esc, builder.zext(ev, _vec(_I32)), t_window)
+                top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
+                    _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))                 # 2 * top + 1
+                bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, top2))
+                fail_esc = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
+                                       builder.not_(enough))
+                b_esc = builder.block
+            with plain:
+                b_plain = builder.block
+        t = builder.phi(_vec(_I32))
+        t.add_incoming(t_esc, b_esc)
+        t.add_incoming(t_window, b_plain)
+        fail = builder.phi(_I1)
+        fail.add_incoming(fail_esc, b_esc)
+        fail.add_incoming(ir.Constant(_I1, 0), b_plain)
+        res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv, _literal(st[10]), _literal(st[11]),
+                          aligned=False)
+        nonzero = builder.not_(zero)
+        some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
+        with builder.if_else(some_zero) as (spread_it, keep_it):
+            with spread_it:
+                spread = _expand_lanes(builder, res, nonzero)   # (register form)
+                b_spread = builder.block
+            with keep_it:
+                b_keep = builder.block
+        placed = builder.phi(_vec(_I32))
+        placed.add_incoming(spread, b_spread)
+        placed.add_incoming(res, b_keep)
+        _store_values16(context, builder, st[15], oa, atv, placed, t, emv, shiftv, zero)
+        with builder.if_then(fail, likely=False):        # only the symbol-by-symbol pass reads them
+            builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
+                                                           _vec(_I8)), align=1)
+        counts = builder.or_(builder.shl(_popcount16(builder, nonzero), ir.Constant(_I64, WINDOW_WP_BITS)),
+                             builder.shl(n_e, ir.Constant(_I64, WINDOW_WP_BITS + 6)))
+        return builder.or_(builder.or_(wpn, counts), builder.shl(builder.zext(fail, _I64), ir.Constant(_I64, 62)))
+
+    return sig, codegen
+
+
 def _window_t(builder, s, refv):
     """``field << 1 | leading bit`` of window symbols ``s`` (i32 lanes): window symbol s codes field
     ``(s - W0 >> 1) + ref - WINDOW_LOW`` and leading bit ``s - W0 & 1``, so ``e << M | lead << (M-1)
@@ -738,11 +818,14 @@ def _literal(ty):
     return getattr(ty, "literal_value", None)
 
 
-def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None):
+def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None, aligned=True):
     """Residuals ``at .. at+15`` of a plane: ``full`` byte planes, then ``rem``-bit fields.  With
-    ``full``/``rem`` known at compile time (literal arguments; ``at`` a multiple of 8) the fields are
-    cut out of one 16-byte load by a constant byte shuffle and per-lane shifts; otherwise (any
-    ``at``) from two unaligned 8-byte loads: reads up to byte ``plane + full*n_sm + (at+8)*rem//8 + 8``."""
+    ``full``/``rem`` known at compile time (literal arguments) the fields are cut out of 16 bytes by a
+    constant byte shuffle and per-lane shifts: one 16-byte load where ``at`` is a multiple of 8
+    (``aligned``), else two 8-byte loads from the byte of the first field's first bit, shifted down by
+    that bit's position (a funnel shift); reads up to byte ``plane + full*n_sm + at*rem//8 + 16``.
+    Otherwise (any ``at``) from two unaligned 8-byte loads: reads up to byte
+    ``plane + full*n_sm + (at+8)*rem//8 + 8``."""
     if full is not None and rem is not None:
         res = _splat(_I32, 0)
         for b in range(full):
@@ -750,9 +833,22 @@ def _residual16(builder, bp, atv, planev, nsmv, fullv, remv, full=None, rem=None
             plane_b = builder.zext(builder.load(_at(builder, bp, off, _vec(_I8)), align=1), _vec(_I32))
             res = builder.or_(res, builder.shl(plane_b, _splat(_I32, 8 * b)))
         if rem:
-            g0 = builder.add(builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, full))),
-                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), ir.Constant(_I64, rem)))
-            raw = builder.load(_at(builder, bp, g0, _vec(_I8)), align=1)
+            remstart = builder.add(planev, builder.mul(nsmv, ir.Constant(_I64, full)))
+            if aligned:
+                g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), ir.Constant(_I64, rem)))
+                raw = builder.load(_at(builder, bp, g0, _vec(_I8)), align=1)
+            else:
+                bit = builder.mul(atv, ir.Constant(_I64, rem))
+                g0 = builder.add(remstart, builder.lshr(bit, ir.Constant(_I64, 3)))
+                lo = builder.load(_at(builder, bp, g0, _I64), align=1)
+                hi = builder.load(_at(builder, bp, builder.add(g0, ir.Constant(_I64, 8)), _I64), align=1)
+                s0 = builder.and_(bit, ir.Constant(_I64, 7))
+                fshr = _declare(builder, "llvm.fshr.i64", _I64, [_I64, _I64, _I64])
+                two = ir.VectorType(_I64, 2)
+                pair = builder.insert_element(ir.Constant(two, None), builder.call(fshr, [hi, lo, s0]),
+                                              ir.Constant(_I32, 0))
+                pair = builder.insert_element(pair, builder.lshr(hi, s0), ir.Constant(_I32, 1))
+                raw = builder.bitcast(pair, _vec(_I8))
             idx = []
             for j in range(LANES):
                 lo = j * rem >> 3

@@ -122,6 +122,47 @@ def test_chunks_with_zero_symbols_match_reference(dtype, how):
         assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_chunks_with_rare_zeros_fail_as_the_reference(dtype):
+    """A chunk with ZERO symbols and no zero blocks (a sum's rare cancellations) has its values assembled
+    in the SIMD rounds, escapes included; a forged escape (a field past the exponent range), a header
+    claiming fewer escapes, and flipped bits in the plane and escapes end as the reference ends, and
+    all-negative chunks (the sign put back) decode as the reference."""
+    from codec import format as fmt
+
+    rng = np.random.default_rng(_seed(dtype, "rare_zeros"))
+    n = 2 * 65536 + 5000
+    x = _with_zeros(rng, _variant("escapes", dtype, n, seed=_seed(dtype, "rz")), 0.002)
+    neg = (bits(x) | np.array(1 << (8 * bits(x).itemsize - 1), dtype=bits(x).dtype))
+    neg[bits(x) == 0] = 0
+    for y in (x, neg.view(x.dtype)):
+        blob = codec.encode(y)
+        assert blob == codec.encode(y, backend="reference")
+        chunk = codec.inspect(blob)["chunks"][0]
+        assert chunk["kind"] == "coded" and chunk["zeros"] > 0 and chunk["zero_block_size"] == 0
+        assert_bit_equal(codec.decode(blob, backend="numba"), y)
+    good = codec.encode(x)
+    h = fmt.parse_header(good)
+    a, b = h.chunk_span(0)
+    hd = fmt.CHUNK_HEAD.unpack_from(good, a)
+    assert hd.n_esc > 2
+    forged = []
+    for k in (0, hd.n_esc // 2, hd.n_esc - 1):             # an escape whose field is past the range
+        blob = bytearray(good)
+        blob[b - 2 * hd.n_esc + 2 * k + 1] = 0xFF
+        forged.append(bytes(blob))
+    blob = bytearray(good)                                  # one escape fewer, one word more
+    fmt.CHUNK_HEAD.pack_into(blob, a, **hd._replace(n_esc=hd.n_esc - 1, n_words=hd.n_words + 1)._asdict())
+    forged.append(bytes(blob))
+    for _ in range(20):
+        blob = bytearray(good)
+        for pos in rng.integers(b - 2 * hd.n_esc - 4000, b, 1 + int(rng.integers(3))):
+            blob[pos] ^= 1 << int(rng.integers(8))
+        forged.append(bytes(blob))
+    for blob in forged:
+        assert _outcome(blob, "numba") == _outcome(blob, "reference")
+
+
 # ~7 s a dtype on Zen 3: bfloat16 in the README's run, the others in CI's slow step
 @pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow) for d in DTYPES])
 def test_zero_block_candidates_against_the_plain_payload(dtype):
