@@ -122,7 +122,7 @@ def test_chunks_with_zero_symbols_match_reference(dtype, how):
         assert_bit_equal(codec.decode(ref, backend="numba"), x)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("dtype", ["bfloat16"] + [pytest.param(d, marks=pytest.mark.slow) for d in ("float16", "float32")])
 def test_chunks_with_rare_zeros_fail_as_the_reference(dtype):
     """A chunk with ZERO symbols and no zero blocks (a sum's rare cancellations) has its values assembled
     in the SIMD rounds, escapes included; a forged escape (a field past the exponent range), a header
