@@ -201,7 +201,6 @@ def _lane_loads(builder, base, idx, elem, step, paired=False):
     return v
 
 
-
 def _gather_bytes(builder, base, idx):
     """``base[idx]`` (bytes, zero-extended to i32 lanes) by a dword gather at byte offsets: reads
     ``base[idx .. idx+3]``, which the caller keeps inside the table."""
@@ -643,6 +642,40 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     return sig, codegen
 
 
+def _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t):
+    """(``t`` with the ``is_esc`` lanes' ``field << 1 | lead`` taken from the chunk's escapes, in lane
+    order by a masked expand-load of the next ``n_e`` u16 at byte offset ``escv + 2*kev``; whether the
+    ``nescv`` escapes hold that many).  Nothing past the escapes is read: when they run out, no lane
+    loads."""
+    enough = builder.icmp_signed("<=", builder.add(kev, n_e), nescv)
+    take = builder.select(enough, is_esc, _splat(_I1, 0))
+    ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
+                       take, exact=True)
+    return builder.select(is_esc, builder.zext(ev, _vec(_I32)), t), enough
+
+
+def _field_top2(builder, emv):
+    """``2 * top + 1`` (i32 lanes): the largest ``field << 1 | lead`` of a decoder's ``em``."""
+    return builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
+        _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))
+
+
+def _spread_residuals(builder, res, zero, likely=None):
+    """``res`` (residuals in lane order) moved into the lanes that are not ``zero``, in lane order, by an
+    expand only when some lane is zero (``likely``: the branch hint for that)."""
+    some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
+    with builder.if_else(some_zero, likely=likely) as (spread_it, keep_it):
+        with spread_it:
+            spread = _expand_lanes(builder, res, builder.not_(zero))
+            b_spread = builder.block
+        with keep_it:
+            b_keep = builder.block
+    placed = builder.phi(_vec(_I32))
+    placed.add_incoming(spread, b_spread)
+    placed.add_incoming(res, b_keep)
+    return placed
+
+
 WINDOW_WP_BITS = 48        # rans_decode16_window's result: the stream offset below bit 48, then counts
 
 
@@ -680,14 +713,8 @@ def rans_decode16_window(typingctx, x, lane0, tab, buf, wp, sym, at, kk, plane, 
         with builder.if_else(builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), likely=False) as (
                 escaped, plain):
             with escaped:
-                enough = builder.icmp_signed("<=", builder.add(kev, n_e), nescv)
-                take = builder.select(enough, is_esc, _splat(_I1, 0))
-                ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))),
-                                                _I16), take, exact=True)
-                t_esc = builder.select(is_esc, builder.zext(ev, _vec(_I32)), t_window)
-                top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
-                    _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))                 # 2 * top + 1
-                bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, top2))
+                t_esc, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t_window)
+                bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, _field_top2(builder, emv)))
                 fail_esc = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
                                        builder.not_(enough))
                 b_esc = builder.block
@@ -701,22 +728,12 @@ def rans_decode16_window(typingctx, x, lane0, tab, buf, wp, sym, at, kk, plane, 
         fail.add_incoming(ir.Constant(_I1, 0), b_plain)
         res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv, _literal(st[10]), _literal(st[11]),
                           aligned=False)
-        nonzero = builder.not_(zero)
-        some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
-        with builder.if_else(some_zero) as (spread_it, keep_it):
-            with spread_it:
-                spread = _expand_lanes(builder, res, nonzero)   # (register form)
-                b_spread = builder.block
-            with keep_it:
-                b_keep = builder.block
-        placed = builder.phi(_vec(_I32))
-        placed.add_incoming(spread, b_spread)
-        placed.add_incoming(res, b_keep)
-        _store_values16(context, builder, st[15], oa, atv, placed, t, emv, shiftv, zero)
+        _store_values16(context, builder, st[15], oa, atv, _spread_residuals(builder, res, zero), t, emv, shiftv,
+                        zero)
         with builder.if_then(fail, likely=False):        # only the symbol-by-symbol pass reads them
             builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
                                                            _vec(_I8)), align=1)
-        counts = builder.or_(builder.shl(_popcount16(builder, nonzero), ir.Constant(_I64, WINDOW_WP_BITS)),
+        counts = builder.or_(builder.shl(_popcount16(builder, builder.not_(zero)), ir.Constant(_I64, WINDOW_WP_BITS)),
                              builder.shl(n_e, ir.Constant(_I64, WINDOW_WP_BITS + 6)))
         return builder.or_(builder.or_(wpn, counts), builder.shl(builder.zext(fail, _I64), ir.Constant(_I64, 62)))
 
@@ -778,15 +795,11 @@ def values16_escaped(typingctx, buf, sym, at, plane, n_sm, full, rem, shift, ref
         s = builder.zext(builder.load(_at(builder, _data(context, builder, st[1], sa), atv, _vec(_I8)), align=1),
                          _vec(_I32))
         is_esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
-        ke_new = builder.add(kev, _popcount16(builder, is_esc))
-        enough = builder.icmp_signed("<=", ke_new, nescv)
-        take = builder.select(enough, is_esc, _splat(_I1, 0))
-        ev = _expand_words(builder, _at(builder, bp, builder.add(escv, builder.shl(kev, ir.Constant(_I64, 1))), _I16),
-                           take, exact=True)
-        t = builder.select(is_esc, builder.zext(ev, _vec(_I32)), _window_t(builder, s, refv))
-        top2 = builder.sub(builder.shl(_splat(_I32, 2), _broadcast(builder, _I32, builder.trunc(
-            _em_exp_bits(builder, emv), _I32))), _splat(_I32, 1))                         # 2 * top + 1
-        bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)), builder.icmp_unsigned(">", t, top2))
+        n_e = _popcount16(builder, is_esc)
+        ke_new = builder.add(kev, n_e)
+        t, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, _window_t(builder, s, refv))
+        bad = builder.or_(builder.icmp_unsigned("<", s, _splat(_I32, SYM_ESC)),
+                          builder.icmp_unsigned(">", t, _field_top2(builder, emv)))
         any_bad = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
                               builder.not_(enough))
         res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv)
@@ -814,22 +827,10 @@ def values16_window(typingctx, buf, sym, i, kk, plane, n_sm, full, rem, shift, r
                          _vec(_I32))
         zero = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ZERO))
         esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
-        some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
-        res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv)
-        nonzero = builder.not_(zero)
-        with builder.if_else(some_zero, likely=False) as (spread_it, keep_it):
-            with spread_it:
-                spread = _expand_lanes(builder, res, nonzero)
-                b_spread = builder.block
-            with keep_it:
-                b_keep = builder.block
-        placed = builder.phi(_vec(_I32))
-        placed.add_incoming(spread, b_spread)
-        placed.add_incoming(res, b_keep)
-        res = placed
+        res = _spread_residuals(builder, _residual16(builder, bp, kkv, planev, nsmv, fullv, remv), zero, likely=False)
         _store_values16(context, builder, st[11], oa, oiv, res, _window_t(builder, s, refv), emv, shiftv, zero)
         any_esc = builder.icmp_unsigned("!=", builder.bitcast(esc, _I16), ir.Constant(_I16, 0))
-        return builder.select(any_esc, ir.Constant(_I64, -1), _popcount16(builder, nonzero))
+        return builder.select(any_esc, ir.Constant(_I64, -1), _popcount16(builder, builder.not_(zero)))
 
     return sig, codegen
 
