@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 
 import numpy as np
@@ -107,6 +108,63 @@ def _net_cpu_per_byte(candidate, op: str, nbytes: int, ws: int, calls: int = 3) 
     sent = calls * ws * hops * (nbytes / ws if op == "all_reduce" else nbytes)
     adds = calls * ws * (ws - 1) * nbytes / ws / strategy.add_throughput() if op == "all_reduce" else 0.0
     return max(busy - adds, 0.0) / sent
+
+
+class _Recorder:
+    """While active, keeps a copy of every tensor ``codec.encode`` is given and every stream ``codec.decode``
+    reads (the collectives' frames), so that the same codec work can be timed alone afterwards."""
+
+    def __init__(self):
+        import codec
+
+        self._codec, self.encoded, self.decoded, self._lock = codec, [], [], threading.Lock()
+
+    def __enter__(self):
+        c, self._orig = self._codec, (self._codec.encode, self._codec.decode)
+        enc, dec = self._orig
+
+        def encode(t, *args, **kw):
+            with self._lock:
+                self.encoded.append(t.detach().clone())
+            return enc(t, *args, **kw)
+
+        def decode(buf, *args, **kw):
+            with self._lock:
+                self.decoded.append(np.frombuffer(bytes(memoryview(buf).cast("B")), np.uint8))
+            return dec(buf, *args, **kw)
+        c.encode, c.decode = encode, decode
+        return self
+
+    def __exit__(self, *exc):
+        self._codec.encode, self._codec.decode = self._orig
+
+
+def _codec_alone_s(rec: _Recorder, rounds: int = 3) -> tuple[float, float]:
+    """(encode, decode) seconds of the frames ``rec`` recorded, on one core of an otherwise idle machine
+    (the ranks take turns), each call into a buffer made beforehand as the ring's pooled ones are: best of
+    ``rounds``.  This is the compressed call's own codec work (an all-reduce's partial sums code more
+    slowly, and to fewer bytes, than its inputs), the yardstick of its bound."""
+    import codec
+
+    ws, rank = dist.get_world_size(), dist.get_rank()
+    enc_outs = [torch.empty(codec.max_encoded_size(t), dtype=torch.uint8) for t in rec.encoded]
+    dec_outs = [codec.decode(b) for b in rec.decoded]
+    best = (float("inf"), float("inf"))
+    for turn in range(ws):
+        dist.barrier()
+        if turn != rank:
+            continue
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for t, o in zip(rec.encoded, enc_outs):
+                codec.encode(t, out=o)
+            t1 = time.perf_counter()
+            for b, o in zip(rec.decoded, dec_outs):
+                codec.decode(b, out=o)
+            t2 = time.perf_counter()
+            best = (min(best[0], t1 - t0), min(best[1], t2 - t1))
+    dist.barrier()
+    return best
 
 
 def main(argv=None) -> int:
@@ -242,16 +300,28 @@ def main(argv=None) -> int:
         prepare, fn = _prepared(ours(True))
         prepare()
         raw0, framed0 = collectives.traffic.snapshot()
-        fn()
+        with _Recorder() as rec:
+            fn()
         raw1, framed1 = collectives.traffic.snapshot()
         frame_ratio = (raw1 - raw0) / max(framed1 - framed0, 1)
         nbytes = x.numel() * x.element_size()
-        bound = strategy.ring_bound(op, nbytes, ws, link, frame_ratio, *own_speed)
+        # the codec seconds: those frames coded again, alone, plus the all-reduce's additions (the model's
+        # estimate from the input's speed, strategy.ring_costs, undercounts partial sums: on MiniLM's
+        # gradients 0.41 core-seconds a 64 MiB call where its frames take 0.48)
+        enc_s, dec_s = _codec_alone_s(rec)
+        del rec
+        mean = torch.tensor([enc_s, dec_s], dtype=torch.float64)
+        dist.all_reduce(mean)
+        enc_s, dec_s = (float(v) / ws for v in mean)
+        wire = strategy.ring_costs(op, nbytes, ws, link, frame_ratio, *own_speed)[0]
+        if op == "all_reduce":
+            dec_s += (ws - 1) * nbytes / ws / strategy.add_throughput()
+        bound = max(wire, (enc_s + dec_s) / strategy.cores_per_rank())
+        model_bound = strategy.ring_bound(op, nbytes, ws, link, frame_ratio, *own_speed)
         # the same bound on this host, where the ranks' kernel networking (TCP, veth, tc) runs on the
         # cores the codec uses: its CPU seconds per byte sent, from the uncompressed ring (less its
         # additions), charged for the coded bytes
         net_s_per_byte = _net_cpu_per_byte(_prepared(ours(False)), op, nbytes, ws)
-        wire, enc_s, dec_s = strategy.ring_costs(op, nbytes, ws, link, frame_ratio, *own_speed)
         host_bound = max(wire, (enc_s + dec_s + net_s_per_byte * (framed1 - framed0)) / strategy.cores_per_rank())
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))
@@ -259,6 +329,7 @@ def main(argv=None) -> int:
                      "zipccl_uncompressed_s": t_plain, "zipccl_compressed_s": t_zip,
                      "speedup_vs_torch": t_torch / t_zip, "auto_s": t_auto, "auto_choice": d.choice,
                      "auto_vs_best": t_auto / min(t_torch, t_plain, t_zip), "bound_s": bound,
+                     "codec_core_s": enc_s + dec_s, "model_bound_s": model_bound,
                      "compressed_vs_bound": t_zip / bound, "host_bound_s": host_bound,
                      "compressed_vs_host_bound": t_zip / host_bound, "net_cpu_ns_per_byte": net_s_per_byte * 1e9,
                      "frame_ratio": frame_ratio, "link_MBps": link.beta / 1e6, "bit_identical": bool(same)})

@@ -54,6 +54,8 @@ def main(argv=None) -> int:
         for r in json.loads(out[0].strip().splitlines()[-1]):
             r["link_mbit"] = float(rate) or "unshaped"
             r.setdefault("bound_s", float("nan"))
+            r.setdefault("codec_core_s", float("nan"))
+            r.setdefault("model_bound_s", float("nan"))
             r.setdefault("frame_ratio", float("nan"))
             r.setdefault("compressed_vs_bound", float("nan"))
             r.setdefault("host_bound_s", float("nan"))
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
     from bench.speed import _cpu_model
 
     cols = ["op", "data", "link_mbit", "MiB", "ranks", "ratio", "torch_gloo_s", "zipccl_uncompressed_s",
-            "zipccl_compressed_s", "speedup_vs_torch", "frame_ratio", "bound_s", "compressed_vs_bound", "host_bound_s", "compressed_vs_host_bound", "auto_choice", "auto_s", "auto_vs_best", "bit_identical"]
+            "zipccl_compressed_s", "speedup_vs_torch", "frame_ratio", "codec_core_s", "model_bound_s", "bound_s", "compressed_vs_bound", "host_bound_s", "compressed_vs_host_bound", "auto_choice", "auto_s", "auto_vs_best", "bit_identical"]
     table = to_markdown(rows, cols, "{:.3f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = Path(a.out) if a.out else RESULTS / "collectives.md"
@@ -77,10 +79,14 @@ def main(argv=None) -> int:
         "(alpha-beta cost model after calibration; when it turns compression off it runs torch's own "
         "collective), `auto_vs_best` = its time / the best of torch gloo, zipccl uncompressed and zipccl "
         "compressed. `frame_ratio` = the ratio the compressed call's frames got (raw / coded bytes of every frame "
-        "a rank encoded; an all-reduce's partial sums code worse than its inputs); `bound_s` = the compressed "
-        "ring's lower bound, max(wire time of the coded bytes a rank sends at the calibrated link speed and "
-        "frame_ratio, the rank's codec CPU seconds at the codec's one-thread speed on this data on its share of "
-        "the cores (2 cores / 4 ranks)); `compressed_vs_bound` = compressed time / bound; `host_bound_s` = the same bound with this host's kernel networking charged too (TCP, veth and tc run on the same 2 cores: the machine's busy CPU seconds per byte sent during the uncompressed ring, less its additions, times the coded bytes a rank sends). Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
+        "a rank encoded; an all-reduce's partial sums code worse than its inputs); `codec_core_s` = a rank's codec CPU seconds for "
+        "the call: the frames it encoded and decoded in one compressed call, recorded, then coded again on one core "
+        "of the otherwise idle machine (ranks taking turns; mean over ranks), plus an all-reduce's additions; "
+        "`bound_s` = the compressed ring's lower bound, max(wire time of the coded bytes a rank sends at the "
+        "calibrated link speed and frame_ratio, codec_core_s on the rank's share of the cores (2 cores / 4 ranks)); "
+        "`model_bound_s` = the same bound from the cost model's codec seconds (the codec's one-thread speed on the "
+        "rank's input, which undercounts an all-reduce's partial sums: the bound of tables before 2026-12-06 "
+        "session p); `compressed_vs_bound` = compressed time / bound; `host_bound_s` = the same bound with this host's kernel networking charged too (TCP, veth and tc run on the same 2 cores: the machine's busy CPU seconds per byte sent during the uncompressed ring, less its additions, times the coded bytes a rank sends). Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
         "whole-slice coding, both pipelined in 8 MiB slices. all_to_all rows: MoE dispatch of real MiniLM hidden "
         "states (token rows of 384 values), each rank's splits uneven (40/30/20/10 %, rotated per rank).\n\n"
         + table + "\n")
