@@ -1,5 +1,5 @@
 """Probe: where a compressed ring all-reduce's time goes on one rank (run on the emulated cluster, root):
-``python -m bench.cluster --rates 1000,1000,1000,1000 -- -m bench.probes.ring_timeline [MiB] [data]``.
+``python -m bench.cluster --rates 1000,1000,1000,1000 -- -m bench.probes.ring_timeline [MiB] [data] [all_reduce|all_gather]``.
 
 Rank 0 records when each frame's encode, decode(+add), send and receive start and end (wrapping the
 framing functions and gloo's isend/irecv), then prints per activity its busy seconds and the share of the
@@ -67,15 +67,23 @@ def main() -> int:
         return call
 
     y = x.clone()
+    gathered = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    op = sys.argv[3] if len(sys.argv) > 3 else "all_reduce"
+
+    def call():
+        if op == "all_gather":
+            collectives.all_gather(gathered, x, compress=True)
+        else:
+            collectives.all_reduce(y, compress=True)
     for _ in range(2):
         y.copy_(x)
-        collectives.all_reduce(y, compress=True)
+        call()
     framing.encode, framing.decode_into = enc, dec
     dist.isend, dist.irecv = wrap(isend0, "send"), wrap(irecv0, "recv")
     y.copy_(x)
     dist.barrier()
     t0 = time.perf_counter()
-    collectives.all_reduce(y, compress=True)
+    call()
     t1 = time.perf_counter()
     framing.encode, framing.decode_into, dist.isend, dist.irecv = enc0, dec0, isend0, irecv0
     if rank == 0:
