@@ -1,5 +1,5 @@
 """Probe: where a compressed ring all-reduce's CPU seconds go, per rank and per thread (run on the emulated
-cluster, root): ``python -m bench.cluster --rates 1000,1000,1000,1000 -- -m bench.probes.ring_cpu [MiB] [data]``.
+cluster, root): ``python -m bench.cluster --rates 1000,1000,1000,1000 -- -m bench.probes.ring_cpu [MiB] [data] [all_reduce|all_gather]``.
 
 Each rank wraps the codec's encode and decode with thread CPU clocks and reads every thread of its process
 (``/proc/self/task``) around six all-reduce calls; rank 0 prints, summed over ranks and calls' mean: the
@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import torch
 import torch.distributed as dist
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -62,8 +63,16 @@ def main() -> int:
     rank = dist.get_rank()
     x = _data((mib << 20) // 2, rank, kind)
     y = x.clone()
+    op = sys.argv[3] if len(sys.argv) > 3 else "all_reduce"
+    gathered = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+
+    def call():
+        if op == "all_gather":
+            collectives.all_gather(gathered, x)
+        else:
+            collectives.all_reduce(y)
     y.copy_(x)
-    collectives.all_reduce(y)                             # warm: kernels, pools
+    call()                                                # warm: kernels, pools
     calls = int(os.environ.get("RING_CPU_CALLS", 6))
     dist.barrier()
     spent.update(encode=0.0, decode=0.0)
@@ -79,7 +88,7 @@ def main() -> int:
         y.copy_(x)
         dist.barrier()
         t0 = time.perf_counter()
-        collectives.all_reduce(y)
+        call()
         dist.barrier()
         wall += time.perf_counter() - t0
     th1, b1, r1 = _threads(), _host_busy_s(), resource.getrusage(resource.RUSAGE_SELF)
@@ -100,7 +109,7 @@ def main() -> int:
     record = {"encode": [], "decode": []}
     y.copy_(x)
     dist.barrier()
-    collectives.all_reduce(y)
+    call()
     rec, record = record, None
     alone = 0.0
     for turn in range(dist.get_world_size()):
@@ -131,7 +140,7 @@ def main() -> int:
         dec = sum(m["decode"] for m in every) / calls
         cpu = sum(tot.values())
         tot["(of all: system)"] = sum(m["system"] for m in every) / calls
-        print(f"{mib} MiB {kind}: {wall / calls:.3f} s a call, machine busy {(b1 - b0) / calls:.3f} core-s, "
+        print(f"{op} {mib} MiB {kind}: {wall / calls:.3f} s a call, machine busy {(b1 - b0) / calls:.3f} core-s, "
               f"ranks {cpu:.3f} CPU-s: encode {enc:.3f}, decode {dec:.3f}, other {cpu - enc - dec:.3f}")
         ea = sum(m["alone"][0] for m in every)
         da = sum(m["alone"][1] for m in every)
