@@ -48,16 +48,19 @@ def _prepared(f):
     return f if isinstance(f, tuple) else (lambda: None, f)
 
 
-MIN_TIMED_S = 3.0     # rounds are added until the slowest candidate has run about this long (at most MAX_REPS)
-MAX_REPS = 20
+MIN_TIMED_S = 6.0     # rounds are added until the slowest candidate has run about this long (at most MAX_REPS)
+MAX_REPS = 40
 
 
 def _timed(fns: dict, reps: int) -> dict:
     """Best time of each of ``fns`` over at least ``reps`` rounds, after one untimed call of each (first
     calls fault in buffer pools and load kernels); the rounds interleave the candidates, so that a slow
-    moment of the shared machine falls on all of them alike.  Fast calls get more rounds (until the
-    slowest candidate has run MIN_TIMED_S, at most MAX_REPS): the best of 5 calls of 0.14 s put two
-    runs of the same algorithm 8 % apart.  A candidate may be ``(prepare, run)``: ``prepare``
+    moment of the shared machine falls on all of them alike, in an order rotated every round (no candidate
+    always follows the same one).  Fast calls get more rounds (until the slowest candidate has run
+    MIN_TIMED_S, at most MAX_REPS): the best of 5 calls of 0.14 s put two runs of the same algorithm 8 %
+    apart; with the best of 20 (3 s), `auto` running the uncompressed ring at 10 Gbit/s and unshaped still
+    read 0.93-1.10x of the `zipccl_uncompressed` column's same ring over four runs, with the best of 40
+    (6 s) 0.97-1.04x over two.  A candidate may be ``(prepare, run)``: ``prepare``
     (resetting an in-place operand) runs before the clock starts."""
     fns = {k: _prepared(f) for k, f in fns.items()}
     first = 0.0
@@ -71,8 +74,10 @@ def _timed(fns: dict, reps: int) -> dict:
     dist.all_reduce(est, op=dist.ReduceOp.MAX)              # every rank runs as many rounds
     reps = max(reps, min(MAX_REPS, int(MIN_TIMED_S / max(float(est), 1e-3))))
     best = dict.fromkeys(fns, float("inf"))
-    for _ in range(reps):
-        for name, (prepare, fn) in fns.items():
+    names = list(fns)
+    for i in range(reps):
+        for name in names[i % len(names):] + names[:i % len(names)]:     # each candidate after each other one
+            prepare, fn = fns[name]
             prepare()
             dist.barrier()
             t = time.perf_counter()
