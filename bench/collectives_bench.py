@@ -135,7 +135,8 @@ class _Recorder:
 
         def decode(buf, *args, **kw):
             with self._lock:
-                self.decoded.append(np.frombuffer(bytes(memoryview(buf).cast("B")), np.uint8))
+                raw = buf if isinstance(buf, (bytes, bytearray, memoryview)) else np.asarray(buf)
+                self.decoded.append(np.frombuffer(bytes(memoryview(raw).cast("B")), np.uint8))
             return dec(buf, *args, **kw)
         c.encode, c.decode = encode, decode
         return self
@@ -327,7 +328,10 @@ def main(argv=None) -> int:
         # cores the codec uses: its CPU seconds per byte sent, from the uncompressed ring (less its
         # additions), charged for the coded bytes
         net_s_per_byte = _net_cpu_per_byte(_prepared(ours(False)), op, nbytes, ws)
-        host_bound = max(wire, (enc_s + dec_s + net_s_per_byte * (framed1 - framed0)) / strategy.cores_per_rank())
+        # the coded bytes this rank sends, forwarded frames included (the traffic counter sees only the frames
+        # it encoded: an all-gather forwards twice as many as it encodes on 4 ranks)
+        sent = (2 * (ws - 1) * nbytes / ws if op == "all_reduce" else (ws - 1) * nbytes) / frame_ratio
+        host_bound = max(wire, (enc_s + dec_s + net_s_per_byte * sent) / strategy.cores_per_rank())
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))
         rows.append({"op": op, "data": a.data, "MiB": a.size_mib, "ranks": ws, "ratio": ratio, "torch_gloo_s": t_torch,

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         "calibrated link speed and frame_ratio, codec_core_s on the rank's share of the cores (2 cores / 4 ranks)); "
         "`model_bound_s` = the same bound from the cost model's codec seconds (the codec's one-thread speed on the "
         "rank's input, which undercounts an all-reduce's partial sums: the bound of tables before 2026-12-06 "
-        "session p); `compressed_vs_bound` = compressed time / bound; `host_bound_s` = the same bound with this host's kernel networking charged too (TCP, veth and tc run on the same 2 cores: the machine's busy CPU seconds per byte sent during the uncompressed ring, less its additions, times the coded bytes a rank sends). Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
+        "session p); `compressed_vs_bound` = compressed time / bound; `host_bound_s` = the same bound with this host's kernel networking charged too (TCP, veth and tc run on the same 2 cores: the machine's busy CPU seconds per byte sent during the uncompressed ring, less its additions, times the coded bytes a rank sends, forwarded frames included: before 2026-12-06 session p only the frames it encoded). Send/recv rows: split-send (low mantissa bits sent at once while the rest is coded) and "
         "whole-slice coding, both pipelined in 8 MiB slices. all_to_all rows: MoE dispatch of real MiniLM hidden "
         "states (token rows of 384 values), each rank's splits uneven (40/30/20/10 %, rotated per rank).\n\n"
         + table + "\n")
