@@ -60,7 +60,7 @@ def _timed(fns: dict, reps: int) -> dict:
     MIN_TIMED_S, at most MAX_REPS): the best of 5 calls of 0.14 s put two runs of the same algorithm 8 %
     apart; with the best of 20 (3 s), `auto` running the uncompressed ring at 10 Gbit/s and unshaped still
     read 0.93-1.10x of the `zipccl_uncompressed` column's same ring over four runs, with the best of 40
-    (6 s) 0.97-1.04x over two.  A candidate may be ``(prepare, run)``: ``prepare``
+    (6 s) 0.97-1.07x over three.  A candidate may be ``(prepare, run)``: ``prepare``
     (resetting an in-place operand) runs before the clock starts."""
     fns = {k: _prepared(f) for k, f in fns.items()}
     first = 0.0
