@@ -10,21 +10,11 @@ partial sum can code much more slowly than the inputs did.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 import codec
 from bench.collectives_bench import _data
-
-
-def _best(f, k: int = 9) -> float:
-    t = float("inf")
-    for _ in range(k):
-        t0 = time.perf_counter()
-        f()
-        t = min(t, time.perf_counter() - t0)
-    return t
+from bench.speed import _best
 
 
 def main() -> int:
@@ -42,7 +32,7 @@ def main() -> int:
             if m:
                 acc = acc + xs[m][sl]
             buf = torch.empty(codec.max_encoded_size(acc), dtype=torch.uint8)
-            t = _best(lambda: codec.encode(acc, out=buf))
+            t = _best(lambda: codec.encode(acc, out=buf), 9)[0]
             total[m] += t
             ratio = acc.numel() * 2 / len(codec.encode(acc))
             zeros = float((acc.view(torch.int16) == 0).float().mean())
