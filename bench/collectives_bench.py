@@ -94,6 +94,11 @@ def _host_busy_s() -> float:
     return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")        # less idle and iowait
 
 
+def _raw_sent(op: str, nbytes: int, ws: int) -> float:
+    """The bytes one rank sends in the ring ``op`` on ``nbytes`` per rank, before coding (forwards included)."""
+    return 2 * (ws - 1) * nbytes / ws if op == "all_reduce" else (ws - 1) * nbytes
+
+
 def _net_cpu_per_byte(candidate, op: str, nbytes: int, ws: int, calls: int = 3) -> float:
     """Machine CPU seconds per byte a rank sends over the emulated links: the busy time of ``calls``
     uncompressed ring calls on every rank (``candidate``: its ``(prepare, run)``), less their
@@ -109,8 +114,7 @@ def _net_cpu_per_byte(candidate, op: str, nbytes: int, ws: int, calls: int = 3) 
         fn()
         dist.barrier()
         busy += _host_busy_s() - b0
-    hops = 2 * (ws - 1) if op == "all_reduce" else ws - 1
-    sent = calls * ws * hops * (nbytes / ws if op == "all_reduce" else nbytes)
+    sent = calls * ws * _raw_sent(op, nbytes, ws)
     adds = calls * ws * (ws - 1) * nbytes / ws / strategy.add_throughput() if op == "all_reduce" else 0.0
     return max(busy - adds, 0.0) / sent
 
@@ -330,7 +334,7 @@ def main(argv=None) -> int:
         net_s_per_byte = _net_cpu_per_byte(_prepared(ours(False)), op, nbytes, ws)
         # the coded bytes this rank sends, forwarded frames included (the traffic counter sees only the frames
         # it encoded: an all-gather forwards twice as many as it encodes on 4 ranks)
-        sent = (2 * (ws - 1) * nbytes / ws if op == "all_reduce" else (ws - 1) * nbytes) / frame_ratio
+        sent = _raw_sent(op, nbytes, ws) / frame_ratio
         host_bound = max(wire, (enc_s + dec_s + net_s_per_byte * sent) / strategy.cores_per_rank())
         flat = {k: torch.cat(v) if isinstance(v, list) else v for k, v in outs.items()}
         same = torch.equal(flat[True].view(torch.int16), flat[False].view(torch.int16))

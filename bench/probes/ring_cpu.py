@@ -35,7 +35,7 @@ def _threads() -> dict:
 def main() -> int:
     import codec
     import collectives
-    from bench.collectives_bench import _data, _host_busy_s
+    from bench.collectives_bench import _codec_alone_s, _data, _host_busy_s, _Recorder
 
     mib = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     kind = sys.argv[2] if len(sys.argv) > 2 else "gradients"
@@ -43,13 +43,8 @@ def main() -> int:
     names = {}
     lock = threading.Lock()
 
-    record = None                                         # (encode inputs, decoded streams) of one call
-
     def wrap(fn, key):
         def timed(*a, **k):
-            if record is not None:
-                with lock:
-                    record[key].append(a[0].clone() if key == "encode" else bytes(a[0]))
             c0 = time.thread_time()
             try:
                 return fn(*a, **k)
@@ -104,31 +99,14 @@ def main() -> int:
     per_thread["threads that ended (ring pools, sender)"] = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
                                                             - sum(per_thread.values()))
     per_thread["(of all: system)"] = 0.0
+    mine = {"threads": per_thread, "system": r1.ru_stime - r0.ru_stime, **spent}   # before the recorded call
     # the same call's codec work alone: record what one call encodes and decodes, then time it one rank at
-    # a time on an otherwise idle machine (the bound's yardstick, on the frames the ring actually codes)
-    record = {"encode": [], "decode": []}
+    # a time on an otherwise idle machine (the benchmark's bound, on the frames the ring actually codes)
     y.copy_(x)
     dist.barrier()
-    call()
-    rec, record = record, None
-    alone = 0.0
-    for turn in range(dist.get_world_size()):
-        dist.barrier()
-        if turn == rank:
-            import numpy as np
-            enc_best = dec_best = float("inf")
-            for _ in range(3):
-                c0 = time.perf_counter()
-                for t in rec["encode"]:
-                    codec.encode(t)
-                c1 = time.perf_counter()
-                for b in rec["decode"]:
-                    codec.decode(np.frombuffer(b, np.uint8))
-                c2 = time.perf_counter()
-                enc_best, dec_best = min(enc_best, c1 - c0), min(dec_best, c2 - c1)
-            alone = (enc_best, dec_best, len(rec["encode"]), len(rec["decode"]))
-    dist.barrier()
-    mine = {"alone": alone, "threads": per_thread, "system": r1.ru_stime - r0.ru_stime, **spent}
+    with _Recorder() as rec:
+        call()
+    mine["alone"] = (*_codec_alone_s(rec), len(rec.encoded), len(rec.decoded))
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
     if rank == 0:
