@@ -454,11 +454,31 @@ def _step_bits(fs, total):
     return np.log2(total / fs) + np.log2(1.0 - (fs - 1.0) * (total - fs) / (total * 65536.0))
 
 
+# Chunks of 8 lanes (8,192-16,383 values: zero-block payloads' kept values, tensors' last chunks, small
+# chunk_size) run each rANS round as one masked 16-lane step, encode and decode: one lane at a time they
+# coded at a third of a 16-lane chunk's speed (Zen 4, bf16, `python -m bench.probes.lane_counts`: encode
+# 445-473 -> 606-666 MB/s, decode 635-649 -> 945-1,038, 16 lanes ~1,000 / 2,000).  With 4 lanes the masked
+# step costs more per value than the scalar ones in the encoder (6.5 vs 5.4 ns) and saves 4 % in the
+# decoder, whose values are assembled after the rounds: those keep the scalar rounds.  The same bytes.
+_MASKED_MIN_LANES = 8
+
+
+@njit(cache=True, inline="always")
+def _push_masked(x, sym, ent, at, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, lanes):
+    """A masked round of lanes ``0 .. lanes - 1`` (< LANES) for the values from ``at``, by the table form the
+    chunk's rounds use."""
+    if ranked:
+        return rans_encode16_ranked(x, 0, sym, at, rk, ftab_r, inv_r, wbuf, pos, lanes)
+    if not PERMUTE:
+        return rans_encode16_packed(x, 0, ent, at, wbuf, pos, lanes)
+    return rans_encode16(x, 0, sym, at, ftab, wbuf, pos, lanes)
+
+
 @njit(cache=True)
 def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     """The rANS rounds of a payload's ``m`` symbols ``sym`` (``ent``: their packed entries where there are no
     permutes) on ``k`` lanes from the states ``x``, backwards (16 lanes at a time in chunks of 16 or 32
-    lanes, one lane at a time in smaller ones), the flushed words stored downwards from the end of
+    lanes, 8 as a masked 16-lane round, one lane at a time in smaller ones), the flushed words stored downwards from the end of
     ``wbuf``; returns where they start, or minus the payload's size (``fixed`` bytes besides the words)
     as soon as it passes ``limit`` (>= 0)."""
     # rANS.  x // f via a double reciprocal in the one-lane and ranked rounds (see _rans_put); the packed
@@ -495,16 +515,18 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     for r in range(full_rounds - 1, -1, -1):
         if limit >= 0 and fixed + 2 * (cap - pos) > limit:
             return -(fixed + 2 * (cap - pos))
-        if k < LANES:                                       # fewer lanes than a register: one at a time
+        if k < _MASKED_MIN_LANES:                           # a few lanes: one at a time
             for lane in range(k - 1, -1, -1):
                 pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
-        for h in range(k - LANES, -1, -LANES):
+        elif k < LANES:                                     # fewer lanes than a register: a masked round
+            pos = _push_masked(x, sym, ent, r * k, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, k)
+        for h in range(k - LANES, -1, -LANES):          # (the literal LANES: rounds compiled without masks)
             if ranked:
-                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos)
+                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos, LANES)
             elif not PERMUTE:
-                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos)
+                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos, LANES)
             else:
-                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos)
+                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos, LANES)
         if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
             prefetch(ahead, pf)
             pf += 64
@@ -515,8 +537,7 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
                 n_zero, sign, narrow, limit):
     """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
-    then the rANS rounds backwards (16 lanes at a time in chunks of 16 or 32 lanes, one lane at a time
-    in smaller ones) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
+    then the rANS rounds backwards (see :func:`_rans_rounds`) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
     stream order).  ``n_zero``: the chunk's ZERO symbols
     (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
     ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
@@ -559,7 +580,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
         packwin = _aligned(2 * WINDOW + 1, np.uint32)
         for j in range(2 * WINDOW + 1):
             packwin[j] = packsym[symwin[j] if j < 2 * WINDOW else SYM_ESC]
-        ent = np.empty(m, np.uint32)
+        ent = np.empty(m + LANES, np.uint32)        # (a masked round of < 16 lanes reads 16 entries)
     width = _plane_width(M, shift, sign, narrow)
     full = width // 8
     rem = width % 8
@@ -1378,7 +1399,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         for b in range(itemsize):
             best[b] = (v >> (8 * b)) & 0xFF
         return KIND_CONST, itemsize
-    sym = np.empty(n, np.uint8)
+    sym = np.empty(n + LANES, np.uint8)          # (a masked round of < 16 lanes reads 16 symbols)
     wbuf = np.empty(n + 2 * MAX_LANES, np.uint16)
     nobits = np.empty(0, np.uint8)
     step = min(_SAMPLE_STEP, max(1, n // _SAMPLE_MIN))
@@ -1964,7 +1985,8 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     prm[_P_BITMAP] = bitmap_at
     prm[_P_DENSE] = dense
     prm[_P_VSAFE] = v_safe
-    prm[_P_FAST] = n_coded // k if k % LANES == 0 else 0     # full rounds the SIMD path may take
+    # full rounds the SIMD path may take (16 lanes a step; 8-lane chunks: a masked step)
+    prm[_P_FAST] = n_coded // k if k % LANES == 0 or k >= _MASKED_MIN_LANES else 0
     prm[_P_RANKED] = ranked
     prm[_P_NEG] = sign == SIGN_NEGATIVE      # the sign the decoder puts back (codec._simd: em's flag)
     prm[_P_LAYOUT] = lay[0]
@@ -2023,8 +2045,12 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, kk, k, dense, v_safe, plane, 
     (``dense`` 1) also assemble the round's values while they stay below v_safe; chunks with ZERO
     symbols (``dense`` 2) while the residuals they read start at or below v_safe (``kk``: the residuals
     the values before ``done`` took).  Scalars come unpacked from ``prm`` so they stay in registers.
-    Returns (wp, done, ke, kk); ke < 0 is minus an error code."""
+    Returns (wp, done, ke, kk); ke < 0 is minus an error code.  A chunk of 8 lanes decodes its round's
+    symbols as one masked 16-lane step (see :func:`_rans_rounds`); its values are assembled after the rounds,
+    16 at a time (:func:`_finish_chunk`)."""
     base = r * k
+    if k < LANES:
+        return rans_decode16(x, 0, tab, buf, wp, sym, base, ranked, k), done, ke, kk
     for h in range(0, k, LANES):
         at = base + h
         if dense == 1 and done == at and at + LANES <= v_safe:
@@ -2050,7 +2076,7 @@ def _fast_round(buf, tab, x, sym, r, wp, done, ke, kk, k, dense, v_safe, plane, 
                 ke += (ret >> (WINDOW_WP_BITS + 6)) & 63
                 done = at + LANES
         else:
-            wp = rans_decode16(x, h, tab, buf, wp, sym, at, ranked)
+            wp = rans_decode16(x, h, tab, buf, wp, sym, at, ranked, LANES)
     return wp, done, ke, kk
 
 
@@ -2328,11 +2354,12 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     e1 = 0
     kk0 = 0
     kk1 = 0
-    # a SIMD round reads at most 2k stream bytes from wp: it may start while wp is inside the words
-    # and those bytes inside buf (a valid stream then never passes the words' end; a corrupted one
-    # that does is caught after the loop), so only a chunk at the very end of buf finishes by scalar rounds
-    wl0 = min(wend0, len(buf) - 2 * k0_)
-    wl1 = min(wend1, len(buf) - 2 * k1_)
+    # a SIMD round reads at most 2k stream bytes from wp (a masked round of 8 lanes: 32 with "shuffle" stream
+    # moves): it may start while wp is inside the words and those bytes inside buf (a valid stream then never
+    # passes the words' end; a corrupted one that does is caught after the loop), so only a chunk at the very
+    # end of buf finishes by scalar rounds
+    wl0 = min(wend0, len(buf) - 2 * max(k0_, LANES))
+    wl1 = min(wend1, len(buf) - 2 * max(k1_, LANES))
     go0 = coded[0] and r0 < fast0 and wp0 <= wl0
     go1 = coded[1] and r1 < fast1 and wp1 <= wl1
     while go0 and go1:

@@ -493,16 +493,20 @@ def _expand_lanes(builder, v, mask):
     return builder.call(fn, [builder.bitcast(slot, _I32.as_pointer()), mask, zero])
 
 
-def _decode_step(builder, xp, lookup, bp, wp):
+def _decode_step(builder, xp, lookup, bp, wp, valid=None):
     """One rANS decode step of 16 lanes (states at ``xp``, updated): returns (symbols (i32), new wp).
     ``lookup(slot)``: the slot table's entries ``sym | (slot - cum[sym]) << 7 | freq[sym] << 19``
-    (7 + 12 + 13 bits) of 16 slots."""
+    (7 + 12 + 13 bits) of 16 slots.  ``valid``: where not None, only those lanes step (the others keep
+    their states and take no word)."""
     xv = builder.load(builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
     ent = lookup(builder.and_(xv, _splat(_I32, (1 << PROB_BITS) - 1)))
     freq = builder.lshr(ent, _splat(_I32, 19))
     bias = builder.and_(builder.lshr(ent, _splat(_I32, 7)), _splat(_I32, 0xFFF))
     xn = builder.add(builder.mul(freq, builder.lshr(xv, _splat(_I32, PROB_BITS))), bias)
     need = builder.icmp_unsigned("<", xn, _splat(_I32, RANS_L))
+    if valid is not None:
+        need = builder.and_(need, valid)
+        xn = builder.select(valid, xn, xv)
     w16 = _expand_words(builder, _at(builder, bp, wp, _I16), need)
     refilled = builder.or_(builder.shl(xn, _splat(_I32, 16)), builder.zext(w16, _vec(_I32)))
     builder.store(builder.select(need, refilled, xn), builder.bitcast(xp, _vec(_I32).as_pointer()), align=4)
@@ -570,11 +574,11 @@ def _slot_lookup(context, builder, aryty, tab, ranked):
     return lookup
 
 
-@intrinsic
-def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at, ranked):
+@intrinsic(prefer_literal=True)
+def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at, ranked, lanes):
     """Decode 16 lanes' next symbols; returns the new stream offset.  Scalar equivalent::
 
-        for lane in range(lane0, lane0 + 16):
+        for lane in range(lane0, lane0 + lanes):
             e = tab[x[lane] & 4095]                      # sym | bias << 7 | freq << 19
             x[lane] = (e >> 19) * (x[lane] >> 12) + (e >> 7 & 0xFFF)
             sym[at + lane - lane0] = e & 0x7F
@@ -582,16 +586,25 @@ def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at, ranked):
                 x[lane] = x[lane] << 16 | u16(buf, wp); wp += 2
 
     ``e`` read from the ranked table after the slot table instead where ``ranked`` (see RANK_ENTRY).
+    ``lanes``: the literal LANES, or 1..16 for a round of a chunk with fewer lanes, masked (the states
+    ``x[lane0:lane0+16]`` must be readable; those past ``lanes`` are left as they were, and only
+    ``sym[at:at+lanes]`` is written).
     """
-    sig = types.int64(x, lane0, tab, buf, wp, sym, at, ranked)
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, ranked, lanes)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, ta, ba, wpv, sa, atv, rv = args
+        xa, lane0v, ta, ba, wpv, sa, atv, rv, nl = args
         xp = builder.gep(_data(context, builder, signature.args[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
+        valid = _round_lanes(builder, signature.args[8], nl)
         s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, signature.args[2], ta, rv),
-                              _data(context, builder, signature.args[3], ba), wpv)
-        builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, signature.args[5], sa),
-                                                       atv, _vec(_I8)), align=1)
+                              _data(context, builder, signature.args[3], ba), wpv, valid)
+        sp = _at(builder, _data(context, builder, signature.args[5], sa), atv, _I8)
+        if valid is None:
+            builder.store(builder.trunc(s, _vec(_I8)), builder.bitcast(sp, _vec(_I8).as_pointer()), align=1)
+        else:
+            store = _declare(builder, f"llvm.masked.store.v{LANES}i8.p0", ir.VoidType(),
+                             [_vec(_I8), _I8.as_pointer(), _I32, _vec(_I1)])
+            builder.call(store, [builder.trunc(s, _vec(_I8)), sp, ir.Constant(_I32, 1), valid])
         return wpn
 
     return sig, codegen
@@ -1138,25 +1151,44 @@ def _divmod_f32(builder, x, f):
     return builder.sub(q, under), builder.sub(r, builder.and_(f, under))
 
 
-def _symbols16(context, builder, st, sa, atv, lookup):
+def _symbols16(context, builder, st, sa, atv, lookup, valid=None):
     """An _encode_round's ``operands``: the symbols ``sym[at:at+16]`` (array ``sa`` of type ``st[2]``) looked
-    up by ``lookup(s)`` -> (``f | cum << 16``, 1/f or None)."""
+    up by ``lookup(s)`` -> (``f | cum << 16``, 1/f or None); lanes outside ``valid`` look up symbol 0."""
     def operands():
         s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
                          _vec(_I32))
+        if valid is not None:
+            s = builder.select(valid, s, _splat(_I32, 0))
         fc, inv = lookup(s)
         return builder.and_(fc, _splat(_I32, 0xFFFF)), builder.lshr(fc, _splat(_I32, 16)), inv
     return operands
 
 
-def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands):
+def _round_lanes(builder, st_lanes, lanes):
+    """The lanes a round runs (``lanes``: the intrinsic's last argument): None for all 16 (the literal
+    LANES: no masking in the chunks' hot rounds), else lanes ``0 .. lanes-1``."""
+    if _literal(st_lanes) == LANES:
+        return None
+    return _prefix_mask(builder, lanes)
+
+
+def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands, valid=None):
     """rans_encode16's round; ``operands()`` gives (f, cum, 1/f or None) of the 16 lanes' symbols (i32
-    lanes; f64); with None the quotient comes from :func:`_divmod_f32`."""
+    lanes; f64); with None the quotient comes from :func:`_divmod_f32`.  ``valid``: where not None, only
+    those lanes are pushed; the others (states past the chunk's lanes: ``x`` keeps room for 16) are
+    stored back unchanged, flush nothing and are computed from a state and a frequency that keep every
+    operation defined."""
     xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
                          _vec(_I32).as_pointer())
-    xv = builder.load(xp, align=4)
+    x_in = builder.load(xp, align=4)
     f, cum, inv = operands()
+    xv = x_in
+    if valid is not None:
+        xv = builder.select(valid, x_in, _splat(_I32, RANS_L))
+        f = builder.select(valid, f, _splat(_I32, 1))
     need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
+    if valid is not None:
+        need = builder.and_(need, valid)
     cnt = _popcount16(builder, need)
     pos = builder.sub(posv, cnt)
     wb = _data(context, builder, st[wa[0]], wa[1])
@@ -1170,59 +1202,69 @@ def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands):
         q = builder.fptoui(qf, _vec(_I32))
         r = builder.sub(xv, builder.mul(q, f))
     xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), r), cum)
+    if valid is not None:
+        xn = builder.select(valid, xn, x_in)
     builder.store(xn, xp, align=4)
     return pos
 
 
-@intrinsic
-def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos):
+@intrinsic(prefer_literal=True)
+def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos, lanes):
     """Push the symbols ``sym[at:at+16]`` onto lanes ``lane0..lane0+15``; returns the new ``pos``.
     Scalar equivalent (the flushed words are stored below ``pos``, in lane order)::
 
-        for lane in range(lane0 + 15, lane0 - 1, -1):
+        for lane in range(lane0 + lanes - 1, lane0 - 1, -1):
             s = sym[at + lane - lane0];  f = ftab[s] & 0xFFFF;  cum = ftab[s] >> 16
             if x[lane] >= f << 20:                         # flush 16 bits
                 pos -= 1;  wbuf[pos] = x[lane] & 0xFFFF;  x[lane] >>= 16
             q = x[lane] // f                               # by _divmod_f32
             x[lane] = (q << 12) + x[lane] - q * f + cum
+
+    ``lanes``: the literal LANES for a whole round (what the chunks of 16 lanes or more run); 1..16 for a
+    round of a chunk with fewer lanes, masked: ``x[lane0:lane0+16]`` and ``sym[at:at+16]`` must still be
+    readable (the lanes past ``lanes`` are read, left unchanged and flush nothing).
     """
-    sig = types.int64(x, lane0, sym, at, ftab, wbuf, pos)
+    sig = types.int64(x, lane0, sym, at, ftab, wbuf, pos, lanes)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, sa, atv, fa, wa, posv = args
+        xa, lane0v, sa, atv, fa, wa, posv, nl = args
         st = signature.args
         fp = _data(context, builder, st[4], fa)
+        valid = _round_lanes(builder, st[7], nl)
         return _encode_round(context, builder, st, xa, lane0v, (5, wa), posv,
-                             _symbols16(context, builder, st, sa, atv, lambda s: (_gather(builder, fp, s, _I32, 4), None)))
+                             _symbols16(context, builder, st, sa, atv, lambda s: (_gather(builder, fp, s, _I32, 4), None),
+                                        valid), valid)
 
     return sig, codegen
 
 
-@intrinsic
-def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos):
+@intrinsic(prefer_literal=True)
+def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes):
     """:func:`rans_encode16` with the symbol tables indexed by rank: ``ftab[rk[s]]``, ``inv[rk[s]]``
     (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f64), read by permutes on PERMUTE targets."""
-    sig = types.int64(x, lane0, sym, at, rk, ftab, inv, wbuf, pos)
+    sig = types.int64(x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, sa, atv, ra, fa, ia, wa, posv = args
+        xa, lane0v, sa, atv, ra, fa, ia, wa, posv, nl = args
         st = signature.args
         rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((4, ra), (5, fa), (6, ia)))
+        valid = _round_lanes(builder, st[9], nl)
         return _encode_round(context, builder, st, xa, lane0v, (7, wa), posv,
-                             _symbols16(context, builder, st, sa, atv, lambda s: _ranked_lookup(builder, rp, fp, ip, s)))
+                             _symbols16(context, builder, st, sa, atv, lambda s: _ranked_lookup(builder, rp, fp, ip, s),
+                                        valid), valid)
 
     return sig, codegen
 
 
-@intrinsic
-def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos):
+@intrinsic(prefer_literal=True)
+def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos, lanes):
     """:func:`rans_encode16` with each value's symbol given by its packed entry ``ent[at:at+16]`` (u32,
     see PACK_F, written by the prepare pass): f and cum by a plain load, the quotient by
     :func:`_divmod_f32`.  The rounds of targets without permutes."""
-    sig = types.int64(x, lane0, ent, at, wbuf, pos)
+    sig = types.int64(x, lane0, ent, at, wbuf, pos, lanes)
 
     def codegen(context, builder, signature, args):
-        xa, lane0v, ea, atv, wa, posv = args
+        xa, lane0v, ea, atv, wa, posv, nl = args
         st = signature.args
 
         def operands():
@@ -1231,7 +1273,7 @@ def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos):
             f = builder.and_(builder.lshr(p, _splat(_I32, PACK_F)), _splat(_I32, (1 << (PACK_CUM - PACK_F)) - 1))
             return f, builder.lshr(p, _splat(_I32, PACK_CUM)), None
 
-        return _encode_round(context, builder, st, xa, lane0v, (4, wa), posv, operands)
+        return _encode_round(context, builder, st, xa, lane0v, (4, wa), posv, operands, _round_lanes(builder, st[6], nl))
 
     return sig, codegen
 

@@ -228,8 +228,9 @@ def test_every_tail_length_and_remainder_width(dtype):
 @pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow) for d in DTYPES])
 @pytest.mark.parametrize("kind", ["dense", "shifted", "escapes"])
 def test_chunks_of_fewer_than_16_lanes_match_reference(dtype, kind):
-    # chunks of < 16384 values have 1-8 rANS lanes: their rounds go one lane at a time, and a dense
-    # chunk's values are then assembled 16 at a time (escaped lanes included), the last few one by one
+    # chunks of < 16384 values have 1-8 rANS lanes: their rounds go one lane at a time (8 lanes: as one
+    # masked 16-lane step), and a dense chunk's values are then assembled 16 at a time (escaped lanes
+    # included), the last few one by one
     for n in (17, 100, 2047, 2048, 5000, 9001, 16383):
         x = _variant(kind, dtype, n, seed=_seed(dtype, kind, n))
         ref = codec.encode(x, backend="reference")
@@ -259,7 +260,7 @@ def _outcome(blob, backend):
 @pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow)
                                    for d in ("bfloat16", "float16", "float32")])
 def test_forged_chunks_of_fewer_than_16_lanes_fail_as_the_reference(dtype):
-    # 8-lane chunks (their rounds one lane at a time, their values 16 at a time): a header claiming one
+    # 8-lane chunks (their rounds as masked 16-lane steps, their values 16 at a time): a header claiming one
     # word fewer makes the rounds read past the words, and flipped bits anywhere in the words, the
     # plane or the escapes change states, refills and values; either way numba must end as the
     # reference does
@@ -444,7 +445,7 @@ def test_stream_moves_compile_to_the_chosen_instructions():
 
     @njit(cache=False)
     def push(x, sym, ftab, wbuf):
-        return _simd.rans_encode16(x, 0, sym, 0, ftab, wbuf, 64)
+        return _simd.rans_encode16(x, 0, sym, 0, ftab, wbuf, 64, _simd.LANES)
 
     sym = (np.arange(16) % 5 == 0).astype(np.uint8)                          # lanes 0, 5, 10, 15: symbol 1
     ftab = np.where(np.arange(256) == 1, 1 << 11, 1).astype(np.uint32)       # f = 2^11: flush from 2^31
@@ -485,7 +486,7 @@ def test_table_lookups_compile_to_the_chosen_instructions():
 
     @njit(cache=False)
     def push(x, sym, rk, ftab, inv, wbuf):
-        return _simd.rans_encode16_ranked(x, 0, sym, 0, rk, ftab, inv, wbuf, 64)
+        return _simd.rans_encode16_ranked(x, 0, sym, 0, rk, ftab, inv, wbuf, 64, _simd.LANES)
 
     @njit(cache=False)
     def prepare(words, symwin, sym, out, base):
@@ -613,7 +614,7 @@ def test_ranked_decode_round_matches_the_slot_table_round():
     def rounds(x, tab, buf, sym, ranked):
         wp = 0
         for at in range(0, len(sym), 16):
-            wp = _simd.rans_decode16(x, 0, tab, buf, wp, sym, at, ranked)
+            wp = _simd.rans_decode16(x, 0, tab, buf, wp, sym, at, ranked, _simd.LANES)
         return wp
 
     freqs = np.ascontiguousarray(cbk.load_family().freqs, dtype=np.int64)
@@ -636,6 +637,97 @@ def test_ranked_decode_round_matches_the_slot_table_round():
         wp_want = rounds(want[0], tab, buf, want[1], 0)
         assert wp_got == wp_want and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), cb
     assert checked >= 20, checked
+
+
+@pytest.mark.parametrize("form", ["plain", "ranked", "packed"])
+def test_masked_encode_rounds_push_only_their_lanes(form):
+    """A round of fewer than 16 lanes (chunks of 8 lanes push theirs as one masked 16-lane step) gives the
+    scalar loop's states and words for lanes 0..k-1, for every k and every table form, whatever lies past
+    them (other symbols, states that would flush, entries with frequency 0): the states past k are left
+    as they were and flush nothing."""
+    from numba import njit
+
+    from codec import _simd
+    from codec._simd import PACK_CUM, PACK_F
+
+    @njit(cache=False)
+    def push(x, sym, ent, rk, ftab, ftab_r, inv_r, wbuf, k, form):
+        if form == 0:
+            return _simd.rans_encode16(x, 0, sym, 0, ftab, wbuf, 64, k)
+        if form == 1:
+            return _simd.rans_encode16_ranked(x, 0, sym, 0, rk, ftab_r, inv_r, wbuf, 64, k)
+        return _simd.rans_encode16_packed(x, 0, ent, 0, wbuf, 64, k)
+
+    rng = np.random.default_rng(_seed("masked", form))
+    used = np.sort(rng.choice(np.arange(1, 82), 20, replace=False))
+    freq = np.zeros(128, np.int64)
+    freq[used] = rng.integers(1, 4096, 20)
+    cum = np.zeros(128, np.int64)
+    cum[used] = np.cumsum(np.r_[0, freq[used][:-1]]) % 4096
+    rk = np.zeros(128, np.uint8)
+    rk[used] = np.arange(20)
+    ftab = (freq | cum << 16).astype(np.uint32)
+    ftab_r = np.zeros(32, np.uint32)
+    ftab_r[:20] = ftab[used]
+    inv_r = np.zeros(32)
+    inv_r[:20] = 1.0 / freq[used]
+    for k in range(1, 17):
+        for _ in range(20):
+            sym = rng.choice(used, 16).astype(np.uint8)
+            sym[k:] = rng.integers(0, 256, 16 - k)          # past the round: anything, unused symbols too
+            ent = (sym | freq[sym % 128] << PACK_F | (cum[sym % 128] & 0xFFF) << PACK_CUM).astype(np.uint32)
+            x = rng.integers(1 << 16, 1 << 32, 16, dtype=np.uint64).astype(np.uint32)
+            x[:k] = np.minimum(x[:k], (freq[sym[:k]] << 36) - 1).astype(np.uint32)     # a state the coder can hold
+            want_x, want_words = x.copy(), []
+            for lane in range(k - 1, -1, -1):
+                xl, f, c = int(x[lane]), int(freq[sym[lane]]), int(cum[sym[lane]])
+                if xl >= f << 20:
+                    want_words.append(xl & 0xFFFF)
+                    xl >>= 16
+                want_x[lane] = (xl // f << 12) + xl % f + c
+            xs, wbuf = x.copy(), np.zeros(64, np.uint16)
+            pos = push(xs, sym, ent, rk, ftab, ftab_r, inv_r, wbuf, k, ["plain", "ranked", "packed"].index(form))
+            assert np.array_equal(xs, want_x), k
+            assert pos == 64 - len(want_words) and np.array_equal(wbuf[pos:], np.array(want_words[::-1], np.uint16)), k
+
+
+def test_masked_decode_rounds_step_only_their_lanes():
+    """A decode round of fewer than 16 lanes (8-lane chunks) as a masked 16-lane step: the scalar loop's
+    states, symbols and stream offset for lanes 0..k-1, every k; the states past k and the symbols'
+    slots past k are left as they were and take no word."""
+    from numba import njit
+
+    from codec import _numba, _simd, codebook as cbk
+
+    @njit(cache=False)
+    def step(x, tab, buf, wp, sym, k):
+        return _simd.rans_decode16(x, 0, tab, buf, wp, sym, 0, 0, k)
+
+    freqs = np.ascontiguousarray(cbk.load_family().freqs, dtype=np.int64)
+    f = np.empty(cbk.N_SYMBOLS, np.int64)
+    cum = np.empty(cbk.N_SYMBOLS + 1, np.int64)
+    rng = np.random.default_rng(_seed("masked decode"))
+    for cb in rng.choice(len(freqs), 8, replace=False):
+        _numba._tables(freqs, cb, 120, 8, True, f, cum)
+        tab = np.zeros(_simd.RANKED_AT + _simd.RANKED_LEN, np.uint32)
+        tab[:cbk.TOTAL] = _slot_entries(f, cum)
+        for k in range(1, 17):
+            x = (rng.integers(0, cbk.TOTAL, 16) | rng.integers(1, 1 << 20, 16) << 12).astype(np.uint32)
+            x[rng.random(16) < 0.5] &= 0x1FFFF          # small states: many lanes refill
+            buf = rng.integers(0, 256, 96).astype(np.uint8)
+            sym = np.full(32, 0xEE, np.uint8)
+            want_x, want_sym, wp = x.copy(), sym.copy(), 8
+            for lane in range(k):
+                e = int(tab[int(x[lane]) & 4095])
+                xl = (e >> 19) * (int(x[lane]) >> 12) + (e >> 7 & 0xFFF)
+                want_sym[lane] = e & 0x7F
+                if xl < 1 << 16:
+                    xl = xl << 16 | int(buf[wp]) | int(buf[wp + 1]) << 8
+                    wp += 2
+                want_x[lane] = xl
+            xs = x.copy()
+            got_wp = step(xs, tab, buf, 8, sym, k)
+            assert got_wp == wp and np.array_equal(xs, want_x) and np.array_equal(sym, want_sym), (cb, k)
 
 
 def test_table_free_division_is_exact_for_every_frequency():
