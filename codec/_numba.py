@@ -52,6 +52,11 @@ _CH_CODEBOOK, _CH_REF, _CH_SHIFT, _CH_MODE, _CH_SIGN, _CH_NARROW, _CH_NSM, _CH_N
 _N_ZL = len(ZERO_LEVELS)
 _ZB_MODES = ZERO_BLOCK_MODES
 assert min(_ZB_MODES) >= 4, "_encode_chunk builds every zero-block mode's blocks from 16-value blocks"
+# the order _encode_chunk codes the zero-block candidates in (indices into _ZB_MODES): the likeliest winners
+# first, so that the tight lower bounds rule out more of the rest before they are coded (MiniLM gradients and
+# their sums, bf16: 64-value blocks win 193-222 of their mostly-zero chunks, 256-value blocks 53-74,
+# 16-value blocks 0-10, 1024-value blocks none); the choice does not depend on it (ties go to the finer mode)
+_ZB_ORDER = (1, 2, 0, 3) if len(_ZB_MODES) == 4 else tuple(range(len(_ZB_MODES)))
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
 _plane_width = njit(cache=True, inline="always")(plane_width)     # codec.format's, compiled
 _MASK = (1 << PROB_BITS) - 1
@@ -449,6 +454,32 @@ def _words_lower_bound(f, m, n_zero, k):
     return max(np.int64(0), np.int64(np.floor(w)))
 
 
+@njit(cache=True)
+def _words_lower_bound_bins(f, symtab, bins, n_zero, z, k):
+    """:func:`_words_lower_bound` with every value at its own symbol's step bound instead of the cheapest
+    one's: ``bins[key]`` values take ``symtab[key]``, the ``z`` +0 the ZERO symbol where ``n_zero`` (the
+    payload codes them as ZERO) and key 0's symbol otherwise; the same proof, so the same guarantee, and
+    tight (within the per-step slack) where the plain payload of a mostly-zero chunk only loses to a
+    zero-block candidate after coding most of its symbols.  0 (no bound) where a key in use has no
+    frequency (the payload then escapes it: its cost is not a step of that symbol)."""
+    total = np.float64(1 << PROB_BITS)
+    bits = 0.0
+    for key in range(len(symtab)):
+        c = bins[key]
+        if c > 0:
+            fs = f[symtab[key]]
+            if fs <= 0:
+                return np.int64(0)
+            bits += c * _step_bits(fs, total)
+    if z > 0:
+        fs = f[SYM_ZERO] if n_zero > 0 else f[symtab[0]]
+        if fs <= 0:
+            return np.int64(0)
+        bits += z * _step_bits(fs, total)
+    w = (bits - 16.0 * k) / 16.1807 - 1e-6 * (bits + 1.0)
+    return max(np.int64(0), np.int64(np.floor(w)))
+
+
 @njit(cache=True, inline="always")
 def _step_bits(fs, total):
     return np.log2(total / fs) + np.log2(1.0 - (fs - 1.0) * (total - fs) / (total * 65536.0))
@@ -533,21 +564,10 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     return pos
 
 
-@njit(cache=True)
-def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
-                n_zero, sign, narrow, limit):
-    """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
-    then the rANS rounds backwards (see :func:`_rans_rounds`) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
-    stream order).  ``n_zero``: the chunk's ZERO symbols
-    (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
-    ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
-    residual's sign bit then sits just above the fields written, which never include it).
-    ``limit`` >= 0: a payload longer than ``limit`` bytes is not wanted (another candidate is that
-    short): the rANS rounds stop as soon as the words so far make it longer (they only grow), and a
-    size above ``limit`` is returned with nothing written."""
-    k = _lanes(m)
-    n_sm = m - n_zero
-    symtab = np.empty(2 << E, np.int32)         # (field << 1 | leading bit) -> window symbol or ESC
+@njit(cache=True, inline="always")
+def _symbol_table(f, ref, E):
+    """(field << 1 | leading bit) -> its window symbol under table ``f`` at ``ref``, or ESC."""
+    symtab = np.empty(2 << E, np.int32)
     for key in range(2 << E):
         j = (key >> 1) - ref + WINDOW_LOW
         sy = SYM_ESC
@@ -556,6 +576,27 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
             if f[sy] == 0:
                 sy = SYM_ESC
         symtab[key] = sy
+    return symtab
+
+
+@njit(cache=True)
+def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
+                n_zero, sign, narrow, limit, bins, z):
+    """_code_values's payload: symbols and residual plane in one forward SIMD pass, 16 values at a time,
+    then the rANS rounds backwards (see :func:`_rans_rounds`) with the flushed words stored downwards from the end of ``wbuf`` (so they end in
+    stream order).  ``n_zero``: the chunk's ZERO symbols
+    (its +0 values, where the codebook codes them): their lanes are compressed out of the plane.
+    ``sign``: the sign mode; the plane's width leaves out a sign it gives and ``narrow`` high bits (the
+    residual's sign bit then sits just above the fields written, which never include it).
+    ``limit`` >= 0: a payload longer than ``limit`` bytes is not wanted (another candidate is that
+    short): the rANS rounds stop as soon as the words so far make it longer (they only grow), and a
+    size above ``limit`` is returned with nothing written.  ``bins``: where not empty, the histogram of
+    ``vals``' keys (:func:`_full_hist`: every value's ``field << 1 | leading bit``, +0 left out of bin 0),
+    ``z`` the +0 among ``vals``: with a ``limit``, a tight lower bound of the words from them
+    (:func:`_words_lower_bound_bins`) rules the payload out before any value is prepared."""
+    k = _lanes(m)
+    n_sm = m - n_zero
+    symtab = _symbol_table(f, ref, E)
     # the same table as its window of 80 keys from 2 * (ref - WINDOW_LOW), for a permute (codec._simd)
     base = 2 * (ref - WINDOW_LOW)
     symwin = _aligned(128, np.uint8)
@@ -589,6 +630,10 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
         lb = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * _words_lower_bound(f, m, n_zero, k)
         if lb > limit:
             return lb
+        if len(bins):
+            lb = _HEAD + ntab + nbitmap + 4 * k + nplane + 2 * _words_lower_bound_bins(f, symtab, bins, n_zero, z, k)
+            if lb > limit:
+                return lb
     # with ZERO symbols the remainder fields are first stored a byte each (then packed in place)
     plane = np.empty((n_sm * (full + 1) if n_zero and rem else nplane) + 32, np.uint8)
     esc_groups = np.empty(m // LANES + 1, np.int64)
@@ -739,6 +784,20 @@ def _full_hist(vals, m, E, M, n_zero):
 
 
 @njit(cache=True)
+def _key_hist(vals, m, zeros, w, n, n_zero, E, M):
+    """:func:`_full_hist` of the chunk ``w[:n]`` (``n_zero`` +0), from ``vals[:m]`` where it can be: the values a
+    payload codes (the chunk's, or a zero-block candidate's, which leaves out only +0 of skipped blocks: every
+    other value is there), ``zeros`` +0 among them.  With EXPLICIT_STEP 1 (every value counted) their
+    histogram is the chunk's but for the +0 count: the same bins from fewer values (a 99 %-zero chunk's
+    candidate keeps a few hundred of its 65,536; the chunk's histogram took 22 us of its 80-110)."""
+    if EXPLICIT_STEP != 1:
+        return _full_hist(w, n, E, M, n_zero)
+    h = _full_hist(vals, m, E, M, zeros)
+    h[len(h) - 1] = n_zero
+    return h
+
+
+@njit(cache=True)
 def _fitted_length(hist, skipped, f, ref, code_lengths, M):
     """codec.codebook.fitted_length: sample_length of ``hist`` (less ``skipped`` +0) under the fitted ``f``,
     plus the plane bits of +0 where ``f`` has no ZERO symbol."""
@@ -870,17 +929,18 @@ def _explicit_gate(m, hist, skipped, f, ref, code_lengths, M, fe):
 
 
 @njit(cache=True)
-def _choose_explicit(m, hist, skipped, w, n, E, full, full_state, full_skipped, f, ref, code_lengths, M, fe):
-    """Format 7: the explicit table ``fe`` for ``m`` coded values where it pays against the fitted ``f``
-    (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped`` sampled +0, then
-    explicit_pays on ``full``, the histogram of every EXPLICIT_STEP-th of the chunk's ``n`` values ``w``, less
-    ``full_skipped`` +0 of skipped zero blocks: made once per chunk, when a candidate's gate first opens
-    (``full_state[0]``), and shared by the chunk's candidates); returns whether it does."""
+def _choose_explicit(vals, m, zeros, hist, skipped, w, n, E, full, full_state, full_skipped, f, ref, code_lengths, M,
+                     fe):
+    """Format 7: the explicit table ``fe`` for the ``m`` coded values ``vals`` (``zeros`` +0 among them) where it
+    pays against the fitted ``f`` (codec.codebook.explicit_may_pay on the sample ``hist`` less ``skipped``
+    sampled +0, then explicit_pays on ``full``, the histogram of every EXPLICIT_STEP-th of the chunk's ``n``
+    values ``w``, less ``full_skipped`` +0 of skipped zero blocks: made once per chunk (:func:`_key_hist`), when
+    first wanted (``full_state[0]``), and shared by the chunk's candidates); returns whether it does."""
     if not _explicit_gate(m, hist, skipped, f, ref, code_lengths, M, fe):
         return False
     c = np.empty(N_SYMBOLS, np.int64)
     if full_state[0] == 0:
-        full[:] = _full_hist(w, n, E, M, full_state[1])
+        full[:] = _key_hist(vals, m, zeros, w, n, full_state[1], E, M)
         full_state[0] = 1
     _explicit_counts(full, full_skipped, ref, c)
     _explicit_frequencies(c, code_lengths, fe)
@@ -1124,8 +1184,8 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     ntab = 0
     if explicit:
         fe = np.empty(N_SYMBOLS, np.int64)
-        if _choose_explicit(m, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped, f, ref,
-                            code_lengths, M, fe):
+        if _choose_explicit(vals, m, n_zero, hist, skipped_zeros, w_all, n_all, E, full, full_state, full_skipped,
+                            f, ref, code_lengths, M, fe):
             cb = CB_EXPLICIT
             ntab = _pack_table(fe, table)
             for s in range(N_SYMBOLS):
@@ -1137,8 +1197,11 @@ def _code_values(vals, m, stats, hist, occ, k_occ, skipped_zeros, E, M, has_inf,
     zero_ok = f[SYM_ZERO] > 0
     sign = _sign_mode(n_neg, m - n_zero if zero_ok else m)
     narrow = _narrow(orlow, shift, M, sign)
+    # the keys' histogram, where the chunk's is made (format 7's gate, or a candidate before the plain payload):
+    # the candidates' values are the chunk's less +0 in skipped blocks, so the non-zero keys are the chunk's
+    bins = full[:2 << E] if full_state[0] == 1 and limit >= 0 else full[:0]
     return _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf,
-                       ahead, n_zero if zero_ok else 0, sign, narrow, limit)
+                       ahead, n_zero if zero_ok else 0, sign, narrow, limit, bins, n_zero)
 
 
 @njit(cache=True)
@@ -1389,9 +1452,11 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
 
     The payload is the smallest of the plain coded one and the zero-block candidates (the plain one on a
     tie, then the finer mode: the reference's order).  Where there are candidates they are coded first,
-    into scratch (the smallest so far copied to the slot), and the plain payload last, told how short
-    it must be to win: its rANS rounds stop once its words pass that (a 95 %-zero gradient chunk then
-    codes a fraction of its 64K ZERO symbols).  Without candidates the plain payload is coded straight
+    likeliest winners first (_ZB_ORDER), into scratch (the smallest so far copied to the slot), and the
+    plain payload last, each told how short it must be to win: its rANS rounds stop once its words pass
+    that (a 95 %-zero gradient chunk then codes a fraction of its 64K ZERO symbols), and a payload whose
+    tight lower bound (from the chunk's key histogram, :func:`_words_lower_bound_bins`) already passes it is
+    not coded at all.  Without candidates the plain payload is coded straight
     into the slot, stopping once it is as long as the raw chunk (which is then stored raw)."""
     first = w[0]
     if _is_const(w, n):
@@ -1437,13 +1502,15 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             skips[mi] = _zero_blocks(nzb, n, _ZB_MODES[mi], bitmaps[mi * row:(mi + 1) * row])
         vals = np.empty(n, w.dtype)
         scratch = np.empty(n * itemsize, np.uint8)
-        for mi in range(n_modes):
+        best_mi = n_modes                   # the mode of the smallest candidate so far
+        for oi in range(n_modes):
+            mi = _ZB_ORDER[oi]
             mode = _ZB_MODES[mi]
             bs = 1 << mode
             nb = (n + bs - 1) // bs
             # a coarser mode that skips as many values skips the same ones (its blocks are unions of these):
             # the same payload, so where its bitmap is smaller this one cannot be the smallest (where both
-            # bitmaps take as many bytes, the sizes tie and the finer mode, coded first, is the choice)
+            # bitmaps take as many bytes, the sizes tie and the finer mode is the choice)
             if mi + 1 < n_modes and skips[mi] == skips[mi + 1]:
                 coarse = 1 << _ZB_MODES[mi + 1]
                 if ((n + coarse - 1) // coarse + 7) // 8 < (nb + 7) // 8:
@@ -1471,14 +1538,23 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum); the
             # zero-block count (last) only gates the candidates and is not read by the coding
             kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], np.int64(0))
-            # a later candidate is kept only when strictly smaller: it stops once it is not
-            lim = min(cand_size - 1 if cand_size >= 0 else len(scratch), sp_cap)
+            if full_state[0] == 0:          # every value's keys, for the tight lower bounds that rule out
+                full[:] = _key_hist(vals, kept, n_zero - skipped, w, n, n_zero, E, M)    # candidates (and the
+                full_state[0] = 1           # plain payload) that cannot beat the best so far
+            # a candidate is kept only when smaller than the best so far, or as small and of a finer mode (the
+            # reference's order: finer modes first, a later one kept only when strictly smaller); it stops once
+            # it cannot be, or is not coded at all where its tight lower bound already says so
+            lim = len(scratch)
+            if cand_size >= 0:
+                lim = cand_size if mi < best_mi else cand_size - 1
+            lim = min(lim, sp_cap)
             size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
                                 mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, skipped_x,
                                 mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
             if size <= lim:
                 cand_size = size
+                best_mi = mi
                 best[:size] = scratch[:size]
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
         best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,

@@ -910,8 +910,9 @@ def _bound_cases(dtype, n, rng):
 # ~1.3 s a dtype on Zen 3 (the reference encodes too): bfloat16 in the README's run, the others in CI's slow step
 @pytest.mark.parametrize("dtype", [d if d == "bfloat16" else pytest.param(d, marks=pytest.mark.slow) for d in DTYPES])
 def test_words_lower_bound_holds_for_every_coded_payload(dtype):
-    """A coded payload that cannot fit its limit is not coded at all (codec._numba._words_lower_bound:
-    the candidates of a mostly-zero chunk that the smallest so far rules out): the bound must never
+    """A coded payload that cannot fit its limit is not coded at all (codec._numba._words_lower_bound and
+    the tight _words_lower_bound_bins: the candidates of a mostly-zero chunk that the smallest so far rules
+    out): the bounds must never
     exceed the words a payload really takes, or the encoder would drop the payload the reference
     keeps.  Checked against the word count in the head of every coded chunk of chunks whose tables are
     the extremes (one symbol of nearly every slot, a lone non-zero value among +0, scattered and
@@ -939,6 +940,13 @@ def test_words_lower_bound_holds_for_every_coded_payload(dtype):
                 N._tables(fam[0], hd.codebook, hd.ref, lay.exp_bits, lay.has_inf, f, cum)
             lanes = N._lanes(hd.n_coded)
             assert N._words_lower_bound(f, hd.n_coded, hd.n_coded - hd.n_sm, lanes) <= hd.n_words, (kind, n)
+            # the tight bound (every value at its own symbol's step), from the chunk's key histogram: a
+            # zero-block payload codes the chunk's values less its skipped blocks' +0
+            n_zero = int((w[:n] == 0).sum())
+            keys = N._full_hist(w[:n], n, lay.exp_bits, lay.man_bits, n_zero)[:2 << lay.exp_bits]
+            symtab = N._symbol_table(f, hd.ref, lay.exp_bits)
+            z = n_zero - (n - hd.n_coded)
+            assert N._words_lower_bound_bins(f, symtab, keys, hd.n_coded - hd.n_sm, z, lanes) <= hd.n_words, (kind, n)
             if n < 65536:
                 assert blob == codec.encode(w.view(np_dtype(dtype)), chunk_size=n, backend="reference"), (kind, n)
             checked.add((kind, hd.mode > 0))
