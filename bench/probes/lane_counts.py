@@ -11,7 +11,6 @@ alternating, to compare them.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
@@ -19,18 +18,10 @@ import torch
 import codec
 from codec import format as fmt
 
+from ..speed import _best
 from ..speed import _cpu_model as cpu_model
 
 SIZES = (2048, 4096, 8191, 8192, 12000, 16383, 16384, 32768, 65536)
-
-
-def _best(fn, reps=9):
-    t = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
 
 
 def main(argv=None):
@@ -48,8 +39,8 @@ def main(argv=None):
         y = torch.empty_like(x)
         codec.decode(blob, out=y)
         assert torch.equal(y.view(torch.int16), x.view(torch.int16))
-        te = _best(lambda: codec.encode(x, chunk_size=n, out=buf))
-        td = _best(lambda: codec.decode(blob, out=y))
+        te, _ = _best(lambda: codec.encode(x, chunk_size=n, out=buf), 9)
+        td, _ = _best(lambda: codec.decode(blob, out=y), 9)
         rows.append(f"| {args.label} | {n} | {fmt.lanes(n)} | {x.nbytes / te / 1e6:.0f} | {x.nbytes / td / 1e6:.0f} |")
     text = f"CPU: {cpu_model()}\n\n" + "\n".join(rows) + "\n"
     print(text)
