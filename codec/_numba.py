@@ -450,7 +450,14 @@ def _words_lower_bound(f, m, n_zero, k):
     bits = (m - n_zero) * cheapest if m > n_zero and cheapest < np.inf else 0.0
     if n_zero > 0:
         bits += n_zero * _step_bits(f[SYM_ZERO], total)
-    w = (bits - 16.0 * k) / 16.1807 - 1e-6 * (bits + 1.0)     # (and a margin for the rounding of the sums)
+    return _words_from_bits(bits, k)
+
+
+@njit(cache=True, inline="always")
+def _words_from_bits(bits, k):
+    """The fewest words ``k`` lanes can flush for steps whose bounds sum to ``bits`` (see
+    :func:`_words_lower_bound`'s proof), with a margin for the rounding of the sums."""
+    w = (bits - 16.0 * k) / 16.1807 - 1e-6 * (bits + 1.0)
     return max(np.int64(0), np.int64(np.floor(w)))
 
 
@@ -476,8 +483,7 @@ def _words_lower_bound_bins(f, symtab, bins, n_zero, z, k):
         if fs <= 0:
             return np.int64(0)
         bits += z * _step_bits(fs, total)
-    w = (bits - 16.0 * k) / 16.1807 - 1e-6 * (bits + 1.0)
-    return max(np.int64(0), np.int64(np.floor(w)))
+    return _words_from_bits(bits, k)
 
 
 @njit(cache=True, inline="always")
@@ -497,7 +503,9 @@ _MASKED_MIN_LANES = 8
 @njit(cache=True, inline="always")
 def _push_masked(x, sym, ent, at, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, lanes):
     """A masked round of lanes ``0 .. lanes - 1`` (< LANES) for the values from ``at``, by the table form the
-    chunk's rounds use."""
+    chunk's rounds use.  The 16-lane rounds call the intrinsics themselves with the literal LANES: passed
+    through this function it reached them as a plain int (masks compiled into every round: the encoder ran
+    at half speed)."""
     if ranked:
         return rans_encode16_ranked(x, 0, sym, at, rk, ftab_r, inv_r, wbuf, pos, lanes)
     if not PERMUTE:
@@ -2061,8 +2069,8 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
     prm[_P_BITMAP] = bitmap_at
     prm[_P_DENSE] = dense
     prm[_P_VSAFE] = v_safe
-    # full rounds the SIMD path may take (16 lanes a step; 8-lane chunks: a masked step)
-    prm[_P_FAST] = n_coded // k if k % LANES == 0 or k >= _MASKED_MIN_LANES else 0
+    # full rounds the SIMD path may take (16 lanes a step; 8-lane chunks: a masked step; k is a power of two)
+    prm[_P_FAST] = n_coded // k if k >= _MASKED_MIN_LANES else 0
     prm[_P_RANKED] = ranked
     prm[_P_NEG] = sign == SIGN_NEGATIVE      # the sign the decoder puts back (codec._simd: em's flag)
     prm[_P_LAYOUT] = lay[0]
