@@ -35,7 +35,7 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
                     RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
-                    stats16, fill16,
+                    stats16, stats_halves, fill16,
                     values16_escaped, values16_window, rans_decode16_window, WINDOW_WP_BITS)
 
 assert sys.byteorder == "little", "the numba backend stores u16/u32 fields with host byte order"
@@ -324,7 +324,8 @@ def _stats(vals, m, E, M):
     acc32 = _private(6 * LANES, 0, np.int32)
     g16 = m - m % LANES
     em = (E << 8) | M
-    stats16(vals, 0, g16 // LANES, em, acc32)
+    done = stats_halves(vals, m, em, acc32)         # 16-bit words: 32 a step (0 done for others)
+    stats16(vals, done, (g16 - done) // LANES, em, acc32)
     n_zero = 0
     n_log = 0
     s1 = 0

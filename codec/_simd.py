@@ -1344,6 +1344,123 @@ def stats16(typingctx, words, at, groups, em, acc32):
     return sig, codegen
 
 
+_HALF_GROUP = 2 * LANES         # stats_halves: 16-bit words a step
+_HALF_BLOCK = 128               # steps summed in i16 lanes before widening (128 * 255 < 2^15)
+
+
+@intrinsic
+def stats_halves(typingctx, words, m, em, acc32):
+    """:func:`stats16` for 16-bit words (bfloat16, float16), 32 a step: the same sums over
+    ``words[:g]``, ``g = m - m % 32``, added to ``acc32`` (the counts in lane 0 of their rows, the
+    log2 sums spread over the row's lanes, the OR in lane 0); returns ``g``, or 0 (nothing done) for
+    other words.  The sign is bit 15 (E + M = 15 in both formats).
+
+    A step is a few 512-bit operations on 32 i16 lanes where :func:`stats16` takes two i32 steps of
+    ~20: the exponent fields are summed in i16 lanes (blocks of 128 steps, then widened), the counts
+    (+0, non-zero, negative, all-+0 16-value blocks) are popcounts of the compare masks on the scalar
+    pipes, and a subnormal's log2 (its bit length, from the float32 conversion as in
+    :func:`stats16`) is computed only in a step that holds one (``e == 0`` and not +-0: the log2
+    is then the exponent field itself, and 0 for +-0)."""
+    sig = types.int64(words, m, em, acc32)
+
+    def codegen(context, builder, signature, args):
+        wa, mv, emv, a32 = args
+        st = signature.args
+        if st[0].dtype.bitwidth != 16:
+            return ir.Constant(_I64, 0)
+        v16 = ir.VectorType(_I16, _HALF_GROUP)
+        splat16 = lambda v: ir.Constant(v16, [ir.Constant(_I16, v)] * _HALF_GROUP)  # noqa: E731
+        bcast16 = lambda v: builder.shuffle_vector(  # noqa: E731
+            builder.insert_element(ir.Constant(v16, None), builder.trunc(v, _I16), ir.Constant(_I32, 0)),
+            ir.Constant(v16, None), ir.Constant(ir.VectorType(_I32, _HALF_GROUP), [ir.Constant(_I32, 0)] * _HALF_GROUP))
+        one = ir.Constant(_I16, 1)
+        e_s = builder.lshr(emv, ir.Constant(_I64, 8))
+        m_s = builder.and_(emv, ir.Constant(_I64, 0xFF))
+        mask = lambda bits_: builder.sub(builder.shl(ir.Constant(_I64, 1), bits_), ir.Constant(_I64, 1))  # noqa: E731
+        m_w = bcast16(m_s)
+        emask = bcast16(mask(e_s))
+        mmask = bcast16(mask(m_s))
+        magmask = splat16(0x7FFF)
+        bias = builder.add(builder.trunc(m_s, _I32), ir.Constant(_I32, 126))
+        v32 = ir.VectorType(_I32, _HALF_GROUP)
+        biasv = builder.shuffle_vector(builder.insert_element(ir.Constant(v32, None), bias, ir.Constant(_I32, 0)),
+                                       ir.Constant(v32, None), ir.Constant(v32, [ir.Constant(_I32, 0)] * _HALF_GROUP))
+        zero16 = splat16(0)
+        g = builder.mul(builder.udiv(mv, ir.Constant(_I64, _HALF_GROUP)), ir.Constant(_I64, _HALF_GROUP))
+        steps = builder.udiv(g, ir.Constant(_I64, _HALF_GROUP))
+        blocks = builder.udiv(builder.add(steps, ir.Constant(_I64, _HALF_BLOCK - 1)), ir.Constant(_I64, _HALF_BLOCK))
+        counts = [cgutils.alloca_once_value(builder, ir.Constant(_I64, 0)) for _ in range(4)]
+        orv = cgutils.alloca_once_value(builder, zero16)
+        lgsum = cgutils.alloca_once_value(builder, _splat(_I32, 0))
+        lg16 = cgutils.alloca_once_value(builder, zero16)
+        lgstep = cgutils.alloca_once_value(builder, zero16)
+        base = _data(context, builder, st[0], wa)
+        ctpop = _declare(builder, "llvm.ctpop.i32", _I32, [_I32])
+
+        def count(r, bits):
+            n = builder.zext(builder.call(ctpop, [bits]), _I64)
+            builder.store(builder.add(builder.load(counts[r]), n), counts[r])
+
+        with cgutils.for_range(builder, blocks) as outer:
+            builder.store(zero16, lg16)
+            lo = builder.mul(outer.index, ir.Constant(_I64, _HALF_BLOCK))
+            n_in = builder.sub(steps, lo)
+            n_in = builder.select(builder.icmp_unsigned(">", n_in, ir.Constant(_I64, _HALF_BLOCK)),
+                                  ir.Constant(_I64, _HALF_BLOCK), n_in)
+            with cgutils.for_range(builder, n_in) as loop:
+                at = builder.mul(builder.add(lo, loop.index), ir.Constant(_I64, 2 * _HALF_GROUP))
+                w = builder.load(_at(builder, base, at, v16), align=2)
+                e = builder.and_(builder.lshr(w, m_w), emask)
+                nz = builder.icmp_unsigned("!=", builder.and_(w, magmask), zero16)
+                is_zero = builder.icmp_unsigned("==", w, zero16)
+                neg = builder.icmp_signed("<", w, zero16)
+                sub = builder.and_(nz, builder.icmp_unsigned("==", e, zero16))
+                builder.store(e, lgstep)
+                with builder.if_then(builder.icmp_unsigned("!=", builder.bitcast(sub, _I32), ir.Constant(_I32, 0)),
+                                     likely=False):
+                    mant = builder.or_(builder.and_(w, mmask), splat16(1))
+                    fbits = builder.bitcast(builder.sitofp(builder.zext(mant, v32), ir.VectorType(ir.FloatType(),
+                                                           _HALF_GROUP)), v32)
+                    bl = builder.trunc(builder.sub(builder.lshr(fbits, ir.Constant(v32, [ir.Constant(_I32, 23)] *
+                                                                                     _HALF_GROUP)), biasv), v16)
+                    builder.store(builder.select(sub, bl, e), lgstep)
+                builder.store(builder.add(builder.load(lg16), builder.load(lgstep)), lg16)
+                builder.store(builder.or_(builder.load(orv), w), orv)
+                zbits = builder.bitcast(is_zero, _I32)
+                count(0, zbits)
+                count(1, builder.bitcast(nz, _I32))
+                count(2, builder.bitcast(neg, _I32))
+                full16 = ir.Constant(_I32, 0xFFFF)
+                lo_all = builder.icmp_unsigned("==", builder.and_(zbits, full16), full16)
+                hi_all = builder.icmp_unsigned("==", builder.lshr(zbits, ir.Constant(_I32, 16)), full16)
+                n_all = builder.add(builder.zext(lo_all, _I64), builder.zext(hi_all, _I64))
+                builder.store(builder.add(builder.load(counts[3]), n_all), counts[3])
+            wide = builder.sext(builder.load(lg16), v32)
+            lo_h = builder.shuffle_vector(wide, wide, _const_vec(_I32, list(range(LANES))))
+            hi_h = builder.shuffle_vector(wide, wide, _const_vec(_I32, list(range(LANES, 2 * LANES))))
+            builder.store(builder.add(builder.load(lgsum), builder.add(lo_h, hi_h)), lgsum)
+        p32 = builder.bitcast(_data(context, builder, st[3], a32), _I32.as_pointer())
+
+        def add_at(i, v):
+            ptr = builder.gep(p32, [ir.Constant(_I64, i)])
+            builder.store(builder.add(builder.load(ptr, align=4), v), ptr, align=4)
+
+        add_at(0, builder.trunc(builder.load(counts[0]), _I32))
+        add_at(LANES, builder.trunc(builder.load(counts[1]), _I32))
+        add_at(4 * LANES, builder.trunc(builder.load(counts[2]), _I32))
+        add_at(5 * LANES, builder.trunc(builder.load(counts[3]), _I32))
+        ptr = builder.bitcast(builder.gep(p32, [ir.Constant(_I64, 2 * LANES)]), _vec(_I32).as_pointer())
+        builder.store(builder.add(builder.load(ptr, align=4), builder.load(lgsum)), ptr, align=4)
+        orr = builder.load(orv)
+        red = _declare(builder, "llvm.vector.reduce.or.v32i16", _I16, [v16])
+        ptr = builder.gep(p32, [ir.Constant(_I64, 3 * LANES)])
+        builder.store(builder.or_(builder.load(ptr, align=4), builder.zext(builder.call(red, [orr]), _I32)), ptr,
+                      align=4)
+        return g
+
+    return sig, codegen
+
+
 @intrinsic
 def fill16(typingctx, arr, at, c):
     """``arr[at + j] = c + ((at + j) << 7)`` for ``j < 16`` (a u32 array; the caller keeps 16 entries

@@ -877,7 +877,11 @@ def test_chunk_statistics_match_numpy_for_every_bit_pattern(dtype):
     words = rng.permutation(words)
     words[rng.choice(len(words) // 16, len(words) // 64, replace=False)[:, None] * 16 + np.arange(16)] = 0
     words.setflags(write=False)         # read-only, as the encoder's input (the kernels compiled for it)
-    for m in [len(words)] + [int(v) for v in rng.integers(1, 4000, 20)] + list(range(1, 40)):
+    # (and around 16-bit words' widening, every 128 steps of 32: codec._simd.stats_halves)
+    for m in [len(words)] + [int(v) for v in rng.integers(1, 4000, 20)] + list(range(1, 40)) + [
+            4095, 4096, 4097, 4111, 4112, 4127, 4128, 4129, 8191, 8192, 8208]:
+        if m > len(words):
+            continue
         w = np.ascontiguousarray(words[:m])
         assert tuple(int(v) for v in N._stats(w, m, lay.exp_bits, lay.man_bits)) == _stats_numpy(w, lay), m
     # the largest chunk, of the largest exponent fields (every lane's sum of log2 at its largest)
