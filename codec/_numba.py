@@ -35,6 +35,7 @@ from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FIN
                     RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
+                    rans_encode_rounds,
                     stats16, stats_halves, fill16,
                     values16_escaped, values16_window, rans_decode16_window, WINDOW_WP_BITS)
 
@@ -504,9 +505,7 @@ _MASKED_MIN_LANES = 8
 @njit(cache=True, inline="always")
 def _push_masked(x, sym, ent, at, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, lanes):
     """A masked round of lanes ``0 .. lanes - 1`` (< LANES) for the values from ``at``, by the table form the
-    chunk's rounds use.  The 16-lane rounds call the intrinsics themselves with the literal LANES: passed
-    through this function it reached them as a plain int (masks compiled into every round: the encoder ran
-    at half speed)."""
+    chunk's rounds use (chunks of 16 or 32 lanes run theirs in one call: codec._simd.rans_encode_rounds)."""
     if ranked:
         return rans_encode16_ranked(x, 0, sym, at, rk, ftab_r, inv_r, wbuf, pos, lanes)
     if not PERMUTE:
@@ -518,11 +517,12 @@ def _push_masked(x, sym, ent, at, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, la
 def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     """The rANS rounds of a payload's ``m`` symbols ``sym`` (``ent``: their packed entries where there are no
     permutes) on ``k`` lanes from the states ``x``, backwards (16 lanes at a time in chunks of 16 or 32
-    lanes, 8 as a masked 16-lane round, one lane at a time in smaller ones), the flushed words stored downwards from the end of
+    lanes, every round in one call, the states in registers; 8 as a masked 16-lane round, one lane at a
+    time in smaller ones), the flushed words stored downwards from the end of
     ``wbuf``; returns where they start, or minus the payload's size (``fixed`` bytes besides the words)
     as soon as it passes ``limit`` (>= 0)."""
-    # rANS.  x // f via a double reciprocal in the one-lane and ranked rounds (see _rans_put); the packed
-    # and unranked rounds divide in single precision with an exact correction (codec._simd._divmod_f32)
+    # rANS.  x // f via a double reciprocal in the one-lane rounds (see _rans_put); the SIMD rounds divide in
+    # single precision with an exact correction (codec._simd._divmod_f32), the ranked ones by table reciprocals
     ftab = np.empty(N_SYMBOLS, np.uint32)
     inv = np.empty(N_SYMBOLS, np.float64)
     for t in range(N_SYMBOLS):
@@ -531,7 +531,7 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
     rk = _aligned(128, np.uint8)
     ftab_r = _aligned(RANKED_SYMBOLS, np.uint32)
-    inv_r = _aligned(RANKED_SYMBOLS, np.float64)
+    inv_r = _aligned(RANKED_SYMBOLS, np.float32)        # (f32: codec._simd._divmod_f32's reciprocals)
     rk[:] = 0
     ftab_r[:] = 0
     inv_r[:] = 0
@@ -541,7 +541,7 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
             if n_used < RANKED_SYMBOLS:
                 rk[t] = n_used
                 ftab_r[n_used] = ftab[t]
-                inv_r[n_used] = inv[t]
+                inv_r[n_used] = np.float32(1.0) / np.float32(f[t])
             n_used += 1
     ranked = PERMUTE and n_used <= RANKED_SYMBOLS
     cap = len(wbuf)
@@ -551,6 +551,12 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
         pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
     # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the
     # cache, a line per round, so that its statistics pass does not wait on memory
+    if k >= LANES:                  # all rounds in one call, the states in registers; stopped before a round
+        stop = cap - (limit - fixed) // 2 if limit >= 0 else np.int64(-1)   # where the words pass the limit
+        pos = rans_encode_rounds(x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, full_rounds, k, stop, ahead, ranked)
+        if limit >= 0 and fixed + 2 * (cap - pos) > limit:
+            return -(fixed + 2 * (cap - pos))
+        return pos
     pf = 0
     for r in range(full_rounds - 1, -1, -1):
         if limit >= 0 and fixed + 2 * (cap - pos) > limit:
@@ -558,15 +564,8 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
         if k < _MASKED_MIN_LANES:                           # a few lanes: one at a time
             for lane in range(k - 1, -1, -1):
                 pos = _rans_put(x, lane, sym[r * k + lane], f, cum, inv, wbuf, pos)
-        elif k < LANES:                                     # fewer lanes than a register: a masked round
+        else:                                               # fewer lanes than a register: a masked round
             pos = _push_masked(x, sym, ent, r * k, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, k)
-        for h in range(k - LANES, -1, -LANES):          # (the literal LANES: rounds compiled without masks)
-            if ranked:
-                pos = rans_encode16_ranked(x, h, sym, r * k + h, rk, ftab_r, inv_r, wbuf, pos, LANES)
-            elif not PERMUTE:
-                pos = rans_encode16_packed(x, h, ent, r * k + h, wbuf, pos, LANES)
-            else:
-                pos = rans_encode16(x, h, sym, r * k + h, ftab, wbuf, pos, LANES)
         if pf < ahead.nbytes:                               # (a prefetch far past it costs a page walk)
             prefetch(ahead, pf)
             pf += 64

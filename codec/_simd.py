@@ -209,9 +209,9 @@ def _gather_bytes(builder, base, idx):
 
 def _permute2(builder, kind, table, idx):
     """``table[idx]`` per lane from a table of two registers (``vpermi2<kind>``: "qi" 128 bytes,
-    "d" 32 dwords, "pd" 16 doubles; ``table``: i8* to it; ``idx``: the intrinsic's index vector,
+    "d" 32 dwords, "ps" 32 floats; ``table``: i8* to it; ``idx``: the intrinsic's index vector,
     of which only the low 7/5/4 bits count)."""
-    elem, n = {"qi": (_I8, 64), "d": (_I32, 16), "pd": (_F64, 8)}[kind]
+    elem, n = {"qi": (_I8, 64), "d": (_I32, 16), "ps": (ir.FloatType(), 16)}[kind]
     vt = ir.VectorType(elem, n)
     it = ir.VectorType(ir.IntType(512 // n), n)
     lo = builder.load(builder.bitcast(table, vt.as_pointer()), align=1)
@@ -229,22 +229,12 @@ def _bytes_lookup(builder, table, idx8):
 
 def _ranked_lookup(builder, rk, ftab, inv, s):
     """(``ftab[rank]``, ``inv[rank]``) for symbols ``s`` (i32 lanes), rank = ``rk[s]``; ``rk``: 128 bytes,
-    ``ftab``: 32 u32, ``inv``: 32 f64 (i8* each).  Permutes on PERMUTE targets, else gathers."""
+    ``ftab``: 32 u32, ``inv``: 32 f32 reciprocals (i8* each).  Permutes on PERMUTE targets, else gathers."""
     if not PERMUTE:
         r = _gather_bytes(builder, rk, s)                      # rk has 128 bytes: symbols < 82
-        return _gather(builder, ftab, r, _I32, 4), _gather(builder, inv, r, _F64, 8)
+        return _gather(builder, ftab, r, _I32, 4), builder.bitcast(_gather(builder, inv, r, _I32, 4), _vec(ir.FloatType()))
     r = builder.zext(_bytes_lookup(builder, rk, builder.trunc(s, _vec(_I8))), _vec(_I32))
-    fc = _permute2(builder, "d", ftab, r)
-    halves = []
-    for h in range(2):
-        r8 = builder.zext(builder.shuffle_vector(r, ir.Constant(_vec(_I32), None), _const_vec(_I32, range(8 * h, 8 * h + 8))),
-                          ir.VectorType(_I64, 8))
-        lo = _permute2(builder, "pd", inv, r8)                                  # ranks 0..15
-        hi = _permute2(builder, "pd", builder.gep(inv, [ir.Constant(_I64, 128)]), r8)   # ranks 16..31
-        upper = builder.icmp_unsigned("!=", builder.and_(r8, ir.Constant(ir.VectorType(_I64, 8), [ir.Constant(_I64, 16)] * 8)),
-                                      ir.Constant(ir.VectorType(_I64, 8), [ir.Constant(_I64, 0)] * 8))
-        halves.append(builder.select(upper, hi, lo))
-    return fc, builder.shuffle_vector(halves[0], halves[1], _const_vec(_I32, range(LANES)))
+    return _permute2(builder, "d", ftab, r), _permute2(builder, "ps", inv, r)
 
 
 def _popcount16(builder, mask):
@@ -1130,32 +1120,34 @@ def _broadcast2(builder, scalar):
     return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
 
 
-def _divmod_f32(builder, x, f):
-    """(x // f, x % f) of u32 lanes ``x`` < f * 2^20 and ``f`` in 1..4096, exactly, with no table: a
-    single-precision estimate x * (1/f) (x and 1/f rounded once each, the product once: within
-    3 * 2^-24 * 2^20 < 0.19 of the true quotient, so truncated it is off by at most one either way)
-    corrected by one step down and one step up on the remainder.  The reciprocal does not depend on
-    the state, so the division stays off the rounds' dependency chain.  Where there are no permutes
-    this replaces a 16-lane lookup of f64 reciprocals, which AVX2 targets scalarise (16 loads and the
-    f64 conversions: the costliest part of the encoder's round there)."""
+_QUOTIENT_BIAS = 0.375     # _divmod_f32's estimate, biased above the quotient: off by at most one, upwards
+
+
+def _divmod_f32(builder, x, f, recip=None):
+    """(x // f, x % f) of u32 lanes ``x`` < f * 2^20 and ``f`` in 1..4096, exactly, in single precision:
+    the estimate x * (1/f) + 3/8 (x, 1/f, the product and the sum rounded once each: the product within
+    3 * 2^-24 * 2^20 = 0.1875 of x / f, the sum within 2^-4 more, so the estimate lies in
+    (x / f + 0.12, x / f + 0.63)), truncated, is x // f or one more; one step down on the remainder
+    corrects it.  ``recip``: 1/f (f32 lanes) looked up from a table (the ranked rounds: one permute, in
+    place of the f64 reciprocals' four and their conversions), else divided here (where there are no
+    permutes a 16-lane lookup is scalarised on AVX2: 16 loads).  The reciprocal does not depend on the
+    state, so the division stays off the rounds' dependency chain."""
     f32 = ir.FloatType()
     vf = _vec(f32)
-    zero = _splat(_I32, 0)
-    recip = builder.fdiv(ir.Constant(vf, [ir.Constant(f32, 1.0)] * LANES), builder.sitofp(f, vf))
-    q = builder.fptosi(builder.fmul(builder.uitofp(x, vf), recip), _vec(_I32))
-    r = builder.sub(x, builder.mul(q, f))                 # in (-f, 2f): |r| < 2^13, a valid i32
-    over = builder.sext(builder.icmp_signed("<", r, zero), _vec(_I32))         # q one too high
-    q = builder.add(q, over)
-    r = builder.add(r, builder.and_(f, over))
-    under = builder.sext(builder.icmp_signed(">=", r, f), _vec(_I32))          # q one too low
-    return builder.sub(q, under), builder.sub(r, builder.and_(f, under))
+    if recip is None:
+        recip = builder.fdiv(ir.Constant(vf, [ir.Constant(f32, 1.0)] * LANES), builder.sitofp(f, vf))
+    est = builder.fadd(builder.fmul(builder.uitofp(x, vf), recip), ir.Constant(vf, [ir.Constant(f32, _QUOTIENT_BIAS)] * LANES))
+    q = builder.fptosi(est, _vec(_I32))
+    r = builder.sub(x, builder.mul(q, f))                 # in [-f, f): a valid i32
+    over = builder.sext(builder.icmp_signed("<", r, _splat(_I32, 0)), _vec(_I32))     # q one too high
+    return builder.add(q, over), builder.add(r, builder.and_(f, over))
 
 
-def _symbols16(context, builder, st, sa, atv, lookup, valid=None):
-    """An _encode_round's ``operands``: the symbols ``sym[at:at+16]`` (array ``sa`` of type ``st[2]``) looked
+def _symbols16(context, builder, symty, sa, atv, lookup, valid=None):
+    """An _encode_round's ``operands``: the symbols ``sym[at:at+16]`` (array ``sa`` of type ``symty``) looked
     up by ``lookup(s)`` -> (``f | cum << 16``, 1/f or None); lanes outside ``valid`` look up symbol 0."""
     def operands():
-        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[2], sa), atv, _vec(_I8)), align=1),
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, symty, sa), atv, _vec(_I8)), align=1),
                          _vec(_I32))
         if valid is not None:
             s = builder.select(valid, s, _splat(_I32, 0))
@@ -1173,15 +1165,24 @@ def _round_lanes(builder, st_lanes, lanes):
 
 
 def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands, valid=None):
-    """rans_encode16's round; ``operands()`` gives (f, cum, 1/f or None) of the 16 lanes' symbols (i32
-    lanes; f64); with None the quotient comes from :func:`_divmod_f32`.  ``valid``: where not None, only
-    those lanes are pushed; the others (states past the chunk's lanes: ``x`` keeps room for 16) are
-    stored back unchanged, flush nothing and are computed from a state and a frequency that keep every
-    operation defined."""
+    """rans_encode16's round: :func:`_encode_step` on the states ``x[lane0:lane0+16]`` (array ``xa`` of type
+    ``st[0]``), loaded and stored back; ``wa``: (index in ``st``, array) of ``wbuf``."""
     xp = builder.bitcast(builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))]),
                          _vec(_I32).as_pointer())
     x_in = builder.load(xp, align=4)
-    f, cum, inv = operands()
+    xn, pos = _encode_step(builder, x_in, operands(), _data(context, builder, st[wa[0]], wa[1]), posv, valid)
+    builder.store(xn, xp, align=4)
+    return pos
+
+
+def _encode_step(builder, x_in, operands, wb, posv, valid=None):
+    """Push 16 lanes of states ``x_in``: returns (their new states, the new ``pos``).  ``operands``: (f, cum,
+    1/f or None) of the lanes' symbols (i32 lanes; 1/f: f32 from a table, or None: divided here): the quotient
+    from :func:`_divmod_f32`; the flushed words are stored below ``pos`` in ``wb`` (i8*: the u16 words).
+    ``valid``: where not None, only those lanes are pushed; the others (states past the chunk's lanes: ``x``
+    keeps room for 16) keep their states, flush nothing and are computed from a state and a frequency that
+    keep every operation defined."""
+    f, cum, inv = operands
     xv = x_in
     if valid is not None:
         xv = builder.select(valid, x_in, _splat(_I32, RANS_L))
@@ -1191,21 +1192,14 @@ def _encode_round(context, builder, st, xa, lane0v, wa, posv, operands, valid=No
         need = builder.and_(need, valid)
     cnt = _popcount16(builder, need)
     pos = builder.sub(posv, cnt)
-    wb = _data(context, builder, st[wa[0]], wa[1])
     _compress_words(builder, builder.trunc(xv, _vec(_I16)), _at(builder, wb, builder.shl(pos, ir.Constant(_I64, 1)),
                                                                   _I16), need, cnt)
     xv = builder.select(need, builder.lshr(xv, _splat(_I32, 16)), xv)
-    if inv is None:
-        q, r = _divmod_f32(builder, xv, f)
-    else:
-        qf = builder.fadd(builder.fmul(builder.uitofp(xv, _vec(_F64)), inv), _splat(_F64, 2.0 ** -14))
-        q = builder.fptoui(qf, _vec(_I32))
-        r = builder.sub(xv, builder.mul(q, f))
+    q, r = _divmod_f32(builder, xv, f, inv)
     xn = builder.add(builder.add(builder.shl(q, _splat(_I32, PROB_BITS)), r), cum)
     if valid is not None:
         xn = builder.select(valid, xn, x_in)
-    builder.store(xn, xp, align=4)
-    return pos
+    return xn, pos
 
 
 @intrinsic(prefer_literal=True)
@@ -1232,7 +1226,7 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos, lanes):
         fp = _data(context, builder, st[4], fa)
         valid = _round_lanes(builder, st[7], nl)
         return _encode_round(context, builder, st, xa, lane0v, (5, wa), posv,
-                             _symbols16(context, builder, st, sa, atv, lambda s: (_gather(builder, fp, s, _I32, 4), None),
+                             _symbols16(context, builder, st[2], sa, atv, lambda s: (_gather(builder, fp, s, _I32, 4), None),
                                         valid), valid)
 
     return sig, codegen
@@ -1241,7 +1235,7 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos, lanes):
 @intrinsic(prefer_literal=True)
 def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes):
     """:func:`rans_encode16` with the symbol tables indexed by rank: ``ftab[rk[s]]``, ``inv[rk[s]]``
-    (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f64), read by permutes on PERMUTE targets."""
+    (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f32 reciprocals), read by permutes on PERMUTE targets."""
     sig = types.int64(x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes)
 
     def codegen(context, builder, signature, args):
@@ -1250,7 +1244,7 @@ def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos,
         rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((4, ra), (5, fa), (6, ia)))
         valid = _round_lanes(builder, st[9], nl)
         return _encode_round(context, builder, st, xa, lane0v, (7, wa), posv,
-                             _symbols16(context, builder, st, sa, atv, lambda s: _ranked_lookup(builder, rp, fp, ip, s),
+                             _symbols16(context, builder, st[2], sa, atv, lambda s: _ranked_lookup(builder, rp, fp, ip, s),
                                         valid), valid)
 
     return sig, codegen
@@ -1267,13 +1261,128 @@ def rans_encode16_packed(typingctx, x, lane0, ent, at, wbuf, pos, lanes):
         xa, lane0v, ea, atv, wa, posv, nl = args
         st = signature.args
 
-        def operands():
-            p = builder.load(_at(builder, _data(context, builder, st[2], ea), builder.shl(atv, ir.Constant(_I64, 2)),
-                                 _vec(_I32)), align=4)
-            f = builder.and_(builder.lshr(p, _splat(_I32, PACK_F)), _splat(_I32, (1 << (PACK_CUM - PACK_F)) - 1))
-            return f, builder.lshr(p, _splat(_I32, PACK_CUM)), None
+        return _encode_round(context, builder, st, xa, lane0v, (4, wa), posv, _packed16(context, builder, st[2], ea, atv),
+                             _round_lanes(builder, st[6], nl))
 
-        return _encode_round(context, builder, st, xa, lane0v, (4, wa), posv, operands, _round_lanes(builder, st[6], nl))
+    return sig, codegen
+
+
+def _packed16(context, builder, entty, ea, atv):
+    """An _encode_round's ``operands`` from the packed entries ``ent[at:at+16]`` (see PACK_F)."""
+    def operands():
+        p = builder.load(_at(builder, _data(context, builder, entty, ea), builder.shl(atv, ir.Constant(_I64, 2)),
+                             _vec(_I32)), align=4)
+        f = builder.and_(builder.lshr(p, _splat(_I32, PACK_F)), _splat(_I32, (1 << (PACK_CUM - PACK_F)) - 1))
+        return f, builder.lshr(p, _splat(_I32, PACK_CUM)), None
+    return operands
+
+
+def _loop(builder, init, more, body):
+    """A loop with its values in registers: ``init`` the values on entry, ``more(values)`` (an i1) whether to
+    run ``body(values)`` (-> the next values) once more; returns the values on exit."""
+    pre = builder.block
+    head = builder.append_basic_block("rounds.head")
+    loop = builder.append_basic_block("rounds.body")
+    done = builder.append_basic_block("rounds.exit")
+    builder.branch(head)
+    builder.position_at_end(head)
+    phis = [builder.phi(v.type) for v in init]
+    for p, v in zip(phis, init):
+        p.add_incoming(v, pre)
+    builder.cbranch(more(phis), loop, done)
+    builder.position_at_end(loop)
+    nxt = body(phis)
+    for p, v in zip(phis, nxt):
+        p.add_incoming(v, builder.block)
+    builder.branch(head)
+    builder.position_at_end(done)
+    return phis
+
+
+@intrinsic
+def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, rounds, k, stop, ahead, ranked):
+    """The rounds ``r = rounds-1 .. 0`` of a chunk of ``k`` = 16 or 32 lanes, as one call a round of
+    :func:`rans_encode16_ranked` (``ranked``, on PERMUTE targets), :func:`rans_encode16` (other PERMUTE
+    chunks) or :func:`rans_encode16_packed` (no permutes) pushes them (the group of lanes 16..31 first, then
+    0..15): the same states ``x[:k]`` and words below ``pos`` in ``wbuf``; returns the new ``pos``.  The
+    states stay in registers from round to round (stored and reloaded by every call, they put a store-to-load
+    forwarding on the states' dependency chain, which bounds the rounds: two groups of 16 lanes ran 1.33x
+    faster than one).  Stops before a round once ``pos < stop`` (the words so far too many: the caller's
+    limit).  Prefetches a cache line of ``ahead`` a round, from its start (the next chunk's input)."""
+    sig = types.int64(x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, rounds, k, stop, ahead, ranked)
+
+    def codegen(context, builder, signature, args):
+        xa, sa, ea, ra, fra, ia, fa, wa, posv, roundsv, kv, stopv, aa, rankedv = args
+        st = signature.args
+        xp = builder.bitcast(_data(context, builder, st[0], xa), _vec(_I32).as_pointer())
+        wb = _data(context, builder, st[7], wa)
+        ap = _data(context, builder, st[12], aa)
+        ary = context.make_array(st[12])(context, builder, aa)
+        abytes = builder.mul(builder.extract_value(ary.shape, 0), ir.Constant(_I64, st[12].dtype.bitwidth // 8))
+        pf_fn = _declare(builder, "llvm.prefetch.p0", ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
+        zero64 = ir.Constant(_I64, 0)
+
+        def rounds(groups, form):
+            xs = [builder.load(builder.gep(xp, [ir.Constant(_I64, g)]), align=4) for g in range(groups)]
+
+            def more(vals):
+                r, p = vals[0], vals[1]
+                return builder.and_(builder.icmp_signed(">", r, zero64), builder.icmp_signed(">=", p, stopv))
+
+            def body(vals):
+                r, p, pf = vals[:3]
+                xs = list(vals[3:])
+                r = builder.sub(r, ir.Constant(_I64, 1))
+                for g in range(groups - 1, -1, -1):
+                    atv = builder.add(builder.mul(r, kv), ir.Constant(_I64, LANES * g))
+                    if form == "ranked":
+                        rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((3, ra), (4, fra), (5, ia)))
+                        ops = _symbols16(context, builder, st[1], sa, atv,
+                                         lambda s_: _ranked_lookup(builder, rp, fp, ip, s_))
+                    elif form == "plain":
+                        fp = _data(context, builder, st[6], fa)
+                        ops = _symbols16(context, builder, st[1], sa, atv,
+                                         lambda s_: (_gather(builder, fp, s_, _I32, 4), None))
+                    else:
+                        ops = _packed16(context, builder, st[2], ea, atv)
+                    xs[g], p = _encode_step(builder, xs[g], ops(), wb, p)
+                with builder.if_then(builder.icmp_signed("<", pf, abytes)):
+                    builder.call(pf_fn, [builder.gep(ap, [pf]), ir.Constant(_I32, 0), ir.Constant(_I32, 2),
+                                         ir.Constant(_I32, 1)])
+                return [r, p, builder.add(pf, ir.Constant(_I64, 64))] + xs
+
+            out = _loop(builder, [roundsv, posv, zero64] + xs, more, body)
+            for g in range(groups):
+                builder.store(out[3 + g], builder.gep(xp, [ir.Constant(_I64, g)]), align=4)
+            return out[1]
+
+        def forms(groups):
+            if not PERMUTE:
+                return rounds(groups, "packed")
+            with builder.if_else(builder.icmp_unsigned("!=", rankedv, ir.Constant(rankedv.type, 0))) as (yes, no):
+                with yes:
+                    blk_r = builder.block
+                    p_r = rounds(groups, "ranked")
+                    blk_r = builder.block
+                with no:
+                    p_p = rounds(groups, "plain")
+                    blk_p = builder.block
+            phi = builder.phi(_I64)
+            phi.add_incoming(p_r, blk_r)
+            phi.add_incoming(p_p, blk_p)
+            return phi
+
+        with builder.if_else(builder.icmp_signed(">", kv, ir.Constant(_I64, LANES))) as (two, one):
+            with two:
+                p2 = forms(2)
+                blk2 = builder.block
+            with one:
+                p1 = forms(1)
+                blk1 = builder.block
+        phi = builder.phi(_I64)
+        phi.add_incoming(p2, blk2)
+        phi.add_incoming(p1, blk1)
+        return phi
 
     return sig, codegen
 

@@ -501,7 +501,7 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     freq = 100 + 37 * np.arange(32)
     cum = np.cumsum(np.r_[0, freq[:-1]])
     ftab = (freq | cum << 16).astype(np.uint32)
-    inv = 1.0 / freq
+    inv = np.float32(1) / freq.astype(np.float32)
     x = rng.integers(1 << 16, 1 << 31, 16).astype(np.uint32)
     wbuf = np.zeros(64, np.uint16)
     xs = x.copy()
@@ -669,8 +669,8 @@ def test_masked_encode_rounds_push_only_their_lanes(form):
     ftab = (freq | cum << 16).astype(np.uint32)
     ftab_r = np.zeros(32, np.uint32)
     ftab_r[:20] = ftab[used]
-    inv_r = np.zeros(32)
-    inv_r[:20] = 1.0 / freq[used]
+    inv_r = np.zeros(32, np.float32)
+    inv_r[:20] = np.float32(1) / freq[used].astype(np.float32)
     for k in range(1, 17):
         for _ in range(20):
             sym = rng.choice(used, 16).astype(np.uint8)
@@ -731,10 +731,11 @@ def test_masked_decode_rounds_step_only_their_lanes():
 
 
 def test_table_free_division_is_exact_for_every_frequency():
-    """The encoder round's quotient where there are no permutes (codec._simd._divmod_f32: a
-    single-precision estimate corrected one step each way) equals x // f, x % f for every frequency
-    1..4096 at the edges of its range (x = 0, f - 1, multiples of f and one below them, the largest
-    x < f * 2^20, x near 2^32) and at random states: the bytes depend on it being exact."""
+    """The encoder rounds' quotient (codec._simd._divmod_f32: a biased single-precision estimate corrected
+    one step down), with the reciprocal divided in the round and with it read from a table of f32
+    reciprocals (the ranked rounds), equals x // f, x % f for every frequency 1..4096 at the edges of
+    its range (x = 0, f - 1, multiples of f and one below them, the largest x < f * 2^20, x near 2^32)
+    and at random states: the bytes depend on it being exact."""
     from llvmlite import ir
     from numba import njit, types
     from numba.extending import intrinsic
@@ -742,21 +743,24 @@ def test_table_free_division_is_exact_for_every_frequency():
     from codec import _simd
 
     @intrinsic
-    def divmod16(typingctx, x, f, q, r):
+    def divmod16(typingctx, x, f, q, r, recip):
         def codegen(context, builder, signature, args):
             vec = ir.VectorType(ir.IntType(32), _simd.LANES)
             ptrs = [builder.bitcast(_simd._data(context, builder, t, a), vec.as_pointer())
                     for t, a in zip(signature.args, args)]
-            qv, rv = _simd._divmod_f32(builder, builder.load(ptrs[0], align=4), builder.load(ptrs[1], align=4))
+            rv = None
+            if signature.args[4].dtype == types.float32:
+                rv = builder.load(builder.bitcast(ptrs[4], ir.VectorType(ir.FloatType(), _simd.LANES).as_pointer()))
+            qv, rv = _simd._divmod_f32(builder, builder.load(ptrs[0], align=4), builder.load(ptrs[1], align=4), rv)
             builder.store(qv, ptrs[2], align=4)
             builder.store(rv, ptrs[3], align=4)
             return context.get_dummy_value()
-        return types.none(x, f, q, r), codegen
+        return types.none(x, f, q, r, recip), codegen
 
     @njit(cache=False)
-    def run(x, f, q, r):
+    def run(x, f, q, r, recip):
         for i in range(0, len(x), 16):
-            divmod16(x[i:i + 16], f[i:i + 16], q[i:i + 16], r[i:i + 16])
+            divmod16(x[i:i + 16], f[i:i + 16], q[i:i + 16], r[i:i + 16], recip[i:i + 16])
 
     rng = np.random.default_rng(11)
     f = np.repeat(np.arange(1, 4097, dtype=np.uint64), 16)
@@ -767,10 +771,11 @@ def test_table_free_division_is_exact_for_every_frequency():
     for x in edges:                 # each row: 16 states for every frequency
         x = np.minimum(x, top - 1).astype(np.uint32)
         fu = f.astype(np.uint32)
-        q = np.zeros_like(x)
-        r = np.zeros_like(x)
-        run(x, fu, q, r)
-        assert np.array_equal(q, x.astype(np.uint64) // f) and np.array_equal(r, x.astype(np.uint64) % f)
+        for recip in (np.zeros(len(f), np.int32), np.float32(1) / fu.astype(np.float32)):   # (int32: divided)
+            q = np.zeros_like(x)
+            r = np.zeros_like(x)
+            run(x, fu, q, r, recip)
+            assert np.array_equal(q, x.astype(np.uint64) // f) and np.array_equal(r, x.astype(np.uint64) % f)
 
 
 def test_lane_compress_and_expand_for_every_mask():
