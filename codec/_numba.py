@@ -32,7 +32,7 @@ from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYT
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
-                    RANKED_SYMBOLS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
+                    RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     rans_encode_rounds,
@@ -529,21 +529,26 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
         ftab[t] = f[t] | (cum[t] << 16)
         inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
     # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
+    # (up to ENCODE_RANKS: the 16-lane rounds read 64, the masked ones 32)
     rk = _aligned(128, np.uint8)
-    ftab_r = _aligned(RANKED_SYMBOLS, np.uint32)
-    inv_r = _aligned(RANKED_SYMBOLS, np.float32)        # (f32: codec._simd._divmod_f32's reciprocals)
+    ftab_r = _aligned(ENCODE_RANKS, np.uint32)
+    inv_r = _aligned(ENCODE_RANKS, np.float32)          # (f32: codec._simd._divmod_f32's reciprocals)
     rk[:] = 0
     ftab_r[:] = 0
     inv_r[:] = 0
     n_used = 0
     for t in range(N_SYMBOLS):
         if f[t] > 0:
-            if n_used < RANKED_SYMBOLS:
+            if n_used < ENCODE_RANKS:
                 rk[t] = n_used
                 ftab_r[n_used] = ftab[t]
                 inv_r[n_used] = np.float32(1.0) / np.float32(f[t])
             n_used += 1
-    ranked = PERMUTE and n_used <= RANKED_SYMBOLS
+    # the rounds' table form: ranks in tables of 32 or 64 (permutes), else 0: by symbol (codec._simd)
+    ranks = 0
+    if PERMUTE and n_used <= ENCODE_RANKS:
+        ranks = 32 if n_used <= 32 else ENCODE_RANKS
+    ranked = ranks == 32
     cap = len(wbuf)
     pos = cap
     full_rounds = m // k
@@ -553,7 +558,7 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     # cache, a line per round, so that its statistics pass does not wait on memory
     if k >= LANES:                  # all rounds in one call, the states in registers; stopped before a round
         stop = cap - (limit - fixed) // 2 if limit >= 0 else np.int64(-1)   # where the words pass the limit
-        pos = rans_encode_rounds(x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, full_rounds, k, stop, ahead, ranked)
+        pos = rans_encode_rounds(x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, full_rounds, k, stop, ahead, ranks)
         if limit >= 0 and fixed + 2 * (cap - pos) > limit:
             return -(fixed + 2 * (cap - pos))
         return pos

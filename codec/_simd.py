@@ -227,14 +227,23 @@ def _bytes_lookup(builder, table, idx8):
                                   _const_vec(_I32, range(LANES)))
 
 
-def _ranked_lookup(builder, rk, ftab, inv, s):
+ENCODE_RANKS = 2 * 32           # the encoder's ranked tables: chunks of up to 64 used symbols (two rows of 32)
+
+
+def _ranked_lookup(builder, rk, ftab, inv, s, ranks=32):
     """(``ftab[rank]``, ``inv[rank]``) for symbols ``s`` (i32 lanes), rank = ``rk[s]``; ``rk``: 128 bytes,
-    ``ftab``: 32 u32, ``inv``: 32 f32 reciprocals (i8* each).  Permutes on PERMUTE targets, else gathers."""
+    ``ftab``: ``ranks`` u32, ``inv``: ``ranks`` f32 reciprocals (i8* each); ``ranks`` 32, or 64 (each table
+    read as two rows of 32, by two permutes and a select).  Permutes on PERMUTE targets, else gathers."""
     if not PERMUTE:
         r = _gather_bytes(builder, rk, s)                      # rk has 128 bytes: symbols < 82
         return _gather(builder, ftab, r, _I32, 4), builder.bitcast(_gather(builder, inv, r, _I32, 4), _vec(ir.FloatType()))
     r = builder.zext(_bytes_lookup(builder, rk, builder.trunc(s, _vec(_I8))), _vec(_I32))
-    return _permute2(builder, "d", ftab, r), _permute2(builder, "ps", inv, r)
+    fc, rc = _permute2(builder, "d", ftab, r), _permute2(builder, "ps", inv, r)
+    if ranks > 32:
+        upper = builder.icmp_unsigned("!=", builder.and_(r, _splat(_I32, 32)), _splat(_I32, 0))
+        fc = builder.select(upper, _permute2(builder, "d", builder.gep(ftab, [ir.Constant(_I64, 128)]), r), fc)
+        rc = builder.select(upper, _permute2(builder, "ps", builder.gep(inv, [ir.Constant(_I64, 128)]), r), rc)
+    return fc, rc
 
 
 def _popcount16(builder, mask):
@@ -1302,8 +1311,9 @@ def _loop(builder, init, more, body):
 @intrinsic
 def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, rounds, k, stop, ahead, ranked):
     """The rounds ``r = rounds-1 .. 0`` of a chunk of ``k`` = 16 or 32 lanes, as one call a round of
-    :func:`rans_encode16_ranked` (``ranked``, on PERMUTE targets), :func:`rans_encode16` (other PERMUTE
-    chunks) or :func:`rans_encode16_packed` (no permutes) pushes them (the group of lanes 16..31 first, then
+    :func:`rans_encode16_ranked` (on PERMUTE targets where ``ranked`` is 32: tables of 32 ranks; 64
+    (ENCODE_RANKS): the same from tables of 64), :func:`rans_encode16` (other PERMUTE chunks: ``ranked``
+    0) or :func:`rans_encode16_packed` (no permutes) pushes them (the group of lanes 16..31 first, then
     0..15): the same states ``x[:k]`` and words below ``pos`` in ``wbuf``; returns the new ``pos``.  The
     states stay in registers from round to round (stored and reloaded by every call, they put a store-to-load
     forwarding on the states' dependency chain, which bounds the rounds: two groups of 16 lanes ran 1.33x
@@ -1335,10 +1345,10 @@ def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, po
                 r = builder.sub(r, ir.Constant(_I64, 1))
                 for g in range(groups - 1, -1, -1):
                     atv = builder.add(builder.mul(r, kv), ir.Constant(_I64, LANES * g))
-                    if form == "ranked":
+                    if form in (32, ENCODE_RANKS):
                         rp, fp, ip = (_data(context, builder, st[i], a) for i, a in ((3, ra), (4, fra), (5, ia)))
                         ops = _symbols16(context, builder, st[1], sa, atv,
-                                         lambda s_: _ranked_lookup(builder, rp, fp, ip, s_))
+                                         lambda s_: _ranked_lookup(builder, rp, fp, ip, s_, form))
                     elif form == "plain":
                         fp = _data(context, builder, st[6], fa)
                         ops = _symbols16(context, builder, st[1], sa, atv,
@@ -1359,17 +1369,23 @@ def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, po
         def forms(groups):
             if not PERMUTE:
                 return rounds(groups, "packed")
-            with builder.if_else(builder.icmp_unsigned("!=", rankedv, ir.Constant(rankedv.type, 0))) as (yes, no):
-                with yes:
-                    blk_r = builder.block
-                    p_r = rounds(groups, "ranked")
-                    blk_r = builder.block
-                with no:
-                    p_p = rounds(groups, "plain")
-                    blk_p = builder.block
+            ends = []
+            with builder.if_else(builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, 32))) as (r32, other):
+                with r32:
+                    ends.append((rounds(groups, 32), builder.block))
+                with other:
+                    with builder.if_else(builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, ENCODE_RANKS))) as (r64, plain):
+                        with r64:
+                            ends.append((rounds(groups, ENCODE_RANKS), builder.block))
+                        with plain:
+                            ends.append((rounds(groups, "plain"), builder.block))
+                    inner = builder.phi(_I64)
+                    for v, blk in ends[1:]:
+                        inner.add_incoming(v, blk)
+                    ends[1:] = [(inner, builder.block)]
             phi = builder.phi(_I64)
-            phi.add_incoming(p_r, blk_r)
-            phi.add_incoming(p_p, blk_p)
+            for v, blk in ends:
+                phi.add_incoming(v, blk)
             return phi
 
         with builder.if_else(builder.icmp_signed(">", kv, ir.Constant(_I64, LANES))) as (two, one):

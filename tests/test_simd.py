@@ -538,9 +538,9 @@ def test_table_lookups_compile_to_the_chosen_instructions():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_chunks_with_more_symbols_than_ranks_match_reference(dtype):
-    """A chunk whose tables use more than RANKED_SYMBOLS symbols is coded and decoded by the gather
-    rounds (the permute variants fall back per chunk): same bytes as the reference, beside chunks
-    that do not."""
+    """Chunks whose tables use more than RANKED_SYMBOLS symbols: up to ENCODE_RANKS the encoder's rounds read
+    tables of 64 ranks, beyond them the tables by symbol (gathers), and the decoder the gather rounds (the
+    permute variants fall back per chunk): same bytes as the reference, beside a chunk that does not."""
     from codec import _simd
     from codec import format as F
     from codec.codebook import chunk_tables
@@ -549,13 +549,17 @@ def test_chunks_with_more_symbols_than_ranks_match_reference(dtype):
     n = 1 << 16
     wide = rng.choice([-1.0, 1.0], n) * 2.0 ** rng.uniform(-24, 0, n)      # exponents spread over 24 octaves
     wide[::7] = 0                         # (every window symbol, ESC and ZERO: more than ranks, explicit table or not)
-    x = np.r_[wide, rng.normal(0, 0.02, n)].astype(np_dtype(dtype))
+    wider = rng.normal(0, 0.02, n)                    # a quarter spread over 40 octaves: every window symbol
+    pick = rng.random(n) < 0.25
+    wider[pick] = rng.choice([-1.0, 1.0], pick.sum()) * 2.0 ** rng.uniform(-40, 0, pick.sum())
+    wider[::7] = 0
+    x = np.r_[wide, rng.normal(0, 0.02, n), wider].astype(np_dtype(dtype))
     blob = codec.encode(x, chunk_size=n, backend="numba")
     assert blob == codec.encode(x, chunk_size=n, backend="reference")
     h = F.parse_header(blob)
     used = [int(((c.table if c.codebook == F.CB_EXPLICIT else chunk_tables(c.codebook, c.ref, 8, True)[0]) > 0).sum())
-            for c in (F.parse_chunk_head(h, blob, i) for i in range(2))]
-    assert used[0] > _simd.RANKED_SYMBOLS >= used[1], used
+            for c in (F.parse_chunk_head(h, blob, i) for i in range(3))]
+    assert _simd.ENCODE_RANKS >= used[0] > _simd.RANKED_SYMBOLS >= used[1] and used[2] > _simd.ENCODE_RANKS, used
     assert_bit_equal(codec.decode(blob, backend="numba"), x)
 
 
