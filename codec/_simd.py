@@ -1134,10 +1134,10 @@ _QUOTIENT_BIAS = 0.375     # _divmod_f32's estimate, biased above the quotient: 
 
 def _divmod_f32(builder, x, f, recip=None):
     """(x // f, x % f) of u32 lanes ``x`` < f * 2^20 and ``f`` in 1..4096, exactly, in single precision:
-    the estimate x * (1/f) + 3/8 (x, 1/f, the product and the sum rounded once each: the product within
-    3 * 2^-24 * 2^20 = 0.1875 of x / f, the sum within 2^-4 more, so the estimate lies in
-    (x / f + 0.12, x / f + 0.63)), truncated, is x // f or one more; one step down on the remainder
-    corrects it.  ``recip``: 1/f (f32 lanes) looked up from a table (the ranked rounds: one permute, in
+    the estimate x * (1/f) + 3/8 (x, 1/f, the product and the sum rounded once each, or product and sum
+    once by an FMA where the target has one: the product within 3 * 2^-24 * 2^20 = 0.1875 of x / f, the
+    sum within 2^-4 more, so the estimate lies in (x / f + 0.12, x / f + 0.63)), truncated, is x // f or
+    one more; one step down on the remainder corrects it.  ``recip``: 1/f (f32 lanes) looked up from a table (the ranked rounds: one permute, in
     place of the f64 reciprocals' four and their conversions), else divided here (where there are no
     permutes a 16-lane lookup is scalarised on AVX2: 16 loads).  The reciprocal does not depend on the
     state, so the division stays off the rounds' dependency chain."""
@@ -1145,7 +1145,8 @@ def _divmod_f32(builder, x, f, recip=None):
     vf = _vec(f32)
     if recip is None:
         recip = builder.fdiv(ir.Constant(vf, [ir.Constant(f32, 1.0)] * LANES), builder.sitofp(f, vf))
-    est = builder.fadd(builder.fmul(builder.uitofp(x, vf), recip), ir.Constant(vf, [ir.Constant(f32, _QUOTIENT_BIAS)] * LANES))
+    fmuladd = _declare(builder, f"llvm.fmuladd.v{LANES}f32", vf, [vf, vf, vf])   # one FMA where there is one
+    est = builder.call(fmuladd, [builder.uitofp(x, vf), recip, ir.Constant(vf, [ir.Constant(f32, _QUOTIENT_BIAS)] * LANES)])
     q = builder.fptosi(est, _vec(_I32))
     r = builder.sub(x, builder.mul(q, f))                 # in [-f, f): a valid i32
     over = builder.sext(builder.icmp_signed("<", r, _splat(_I32, 0)), _vec(_I32))     # q one too high
