@@ -31,7 +31,6 @@ from .format import RANS_L
 
 LANES = 16
 _I1, _I8, _I16, _I32, _I64 = (ir.IntType(b) for b in (1, 8, 16, 32, 64))
-_F64 = ir.DoubleType()
 _RENORM_SHIFT = 16 + 16 - PROB_BITS
 
 
@@ -39,17 +38,34 @@ def _vec(t):
     return ir.VectorType(t, LANES)
 
 
-def _splat(t, v):
-    return ir.Constant(_vec(t), [ir.Constant(t, v)] * LANES)
+def _splat(t, v, n=LANES):
+    return ir.Constant(ir.VectorType(t, n), [ir.Constant(t, v)] * n)
 
 
 def _const_vec(t, values):
     return ir.Constant(ir.VectorType(t, len(values)), [ir.Constant(t, v) for v in values])
 
 
-def _broadcast(builder, t, scalar):
-    v = builder.insert_element(ir.Constant(_vec(t), None), scalar, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(v, ir.Constant(_vec(t), None), _splat(_I32, 0))
+def _broadcast(builder, t, scalar, n=LANES):
+    vt = ir.VectorType(t, n)
+    v = builder.insert_element(ir.Constant(vt, None), scalar, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(vt, None), _splat(_I32, 0, n))
+
+
+def _branch(builder, cond, then, otherwise, likely=None):
+    """The value of ``then()`` or of ``otherwise()`` (each builds its branch's code and returns an IR value of
+    one type) as ``cond`` says: a phi after both."""
+    with builder.if_else(cond, likely=likely) as (yes, no):
+        with yes:
+            a = then()
+            block_a = builder.block
+        with no:
+            b = otherwise()
+            block_b = builder.block
+    phi = builder.phi(a.type)
+    phi.add_incoming(a, block_a)
+    phi.add_incoming(b, block_b)
+    return phi
 
 
 # The features that choose a kernel variant, of the CPUs tests/isa.sh and the benchmarks name in
@@ -162,7 +178,7 @@ def _gather(builder, base, idx, elem, scale, step=None, paired=False):
     gep.type = ir.VectorType(step.as_pointer(), LANES)   # llvmlite types a GEP by its pointer operand; a vector index makes a vector
     builder._insert(gep)
     ptr_t = ir.VectorType(elem.as_pointer(), LANES)
-    fn = _declare(builder, f"llvm.masked.gather.v{LANES}{'f64' if elem is _F64 else f'i{elem.width}'}.v{LANES}p0",
+    fn = _declare(builder, f"llvm.masked.gather.v{LANES}i{elem.width}.v{LANES}p0",
                   t, [ptr_t, _I32, _vec(_I1), t])
     ptrs = gep if step is elem else builder.bitcast(gep, ptr_t)
     return builder.call(fn, [ptrs, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
@@ -558,17 +574,9 @@ def _slot_lookup(context, builder, aryty, tab, ranked):
     is_ranked = builder.icmp_unsigned("!=", ranked, ir.Constant(_I64, 0))
 
     def lookup(slot):
-        with builder.if_else(is_ranked, likely=True) as (then, otherwise):
-            with then:
-                by_rank = _ranked_entries(builder, builder.gep(tp, [ir.Constant(_I64, 4 * RANKED_AT)]), slot)
-                b_rank = builder.block
-            with otherwise:
-                by_slot = _gather(builder, tp, slot, _I32, 4, paired=True)
-                b_slot = builder.block
-        ent = builder.phi(_vec(_I32))
-        ent.add_incoming(by_rank, b_rank)
-        ent.add_incoming(by_slot, b_slot)
-        return ent
+        return _branch(builder, is_ranked,
+                       lambda: _ranked_entries(builder, builder.gep(tp, [ir.Constant(_I64, 4 * RANKED_AT)]), slot),
+                       lambda: _gather(builder, tp, slot, _I32, 4, paired=True), likely=True)
 
     return lookup
 
@@ -676,16 +684,7 @@ def _spread_residuals(builder, res, zero, likely=None):
     """``res`` (residuals in lane order) moved into the lanes that are not ``zero``, in lane order, by an
     expand only when some lane is zero (``likely``: the branch hint for that)."""
     some_zero = builder.icmp_unsigned("!=", builder.bitcast(zero, _I16), ir.Constant(_I16, 0))
-    with builder.if_else(some_zero, likely=likely) as (spread_it, keep_it):
-        with spread_it:
-            spread = _expand_lanes(builder, res, builder.not_(zero))
-            b_spread = builder.block
-        with keep_it:
-            b_keep = builder.block
-    placed = builder.phi(_vec(_I32))
-    placed.add_incoming(spread, b_spread)
-    placed.add_incoming(res, b_keep)
-    return placed
+    return _branch(builder, some_zero, lambda: _expand_lanes(builder, res, builder.not_(zero)), lambda: res, likely)
 
 
 WINDOW_WP_BITS = 48        # rans_decode16_window's result: the stream offset below bit 48, then counts
@@ -1370,36 +1369,13 @@ def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, po
         def forms(groups):
             if not PERMUTE:
                 return rounds(groups, "packed")
-            ends = []
-            with builder.if_else(builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, 32))) as (r32, other):
-                with r32:
-                    ends.append((rounds(groups, 32), builder.block))
-                with other:
-                    with builder.if_else(builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, ENCODE_RANKS))) as (r64, plain):
-                        with r64:
-                            ends.append((rounds(groups, ENCODE_RANKS), builder.block))
-                        with plain:
-                            ends.append((rounds(groups, "plain"), builder.block))
-                    inner = builder.phi(_I64)
-                    for v, blk in ends[1:]:
-                        inner.add_incoming(v, blk)
-                    ends[1:] = [(inner, builder.block)]
-            phi = builder.phi(_I64)
-            for v, blk in ends:
-                phi.add_incoming(v, blk)
-            return phi
+            ranks_are = lambda n: builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, n))  # noqa: E731
+            return _branch(builder, ranks_are(32), lambda: rounds(groups, 32),
+                           lambda: _branch(builder, ranks_are(ENCODE_RANKS), lambda: rounds(groups, ENCODE_RANKS),
+                                           lambda: rounds(groups, "plain")))
 
-        with builder.if_else(builder.icmp_signed(">", kv, ir.Constant(_I64, LANES))) as (two, one):
-            with two:
-                p2 = forms(2)
-                blk2 = builder.block
-            with one:
-                p1 = forms(1)
-                blk1 = builder.block
-        phi = builder.phi(_I64)
-        phi.add_incoming(p2, blk2)
-        phi.add_incoming(p1, blk1)
-        return phi
+        return _branch(builder, builder.icmp_signed(">", kv, ir.Constant(_I64, LANES)), lambda: forms(2),
+                       lambda: forms(1))
 
     return sig, codegen
 
@@ -1495,11 +1471,8 @@ def stats_halves(typingctx, words, m, em, acc32):
         if st[0].dtype.bitwidth != 16:
             return ir.Constant(_I64, 0)
         v16 = ir.VectorType(_I16, _HALF_GROUP)
-        splat16 = lambda v: ir.Constant(v16, [ir.Constant(_I16, v)] * _HALF_GROUP)  # noqa: E731
-        bcast16 = lambda v: builder.shuffle_vector(  # noqa: E731
-            builder.insert_element(ir.Constant(v16, None), builder.trunc(v, _I16), ir.Constant(_I32, 0)),
-            ir.Constant(v16, None), ir.Constant(ir.VectorType(_I32, _HALF_GROUP), [ir.Constant(_I32, 0)] * _HALF_GROUP))
-        one = ir.Constant(_I16, 1)
+        splat16 = lambda v: _splat(_I16, v, _HALF_GROUP)  # noqa: E731
+        bcast16 = lambda v: _broadcast(builder, _I16, builder.trunc(v, _I16), _HALF_GROUP)  # noqa: E731
         e_s = builder.lshr(emv, ir.Constant(_I64, 8))
         m_s = builder.and_(emv, ir.Constant(_I64, 0xFF))
         mask = lambda bits_: builder.sub(builder.shl(ir.Constant(_I64, 1), bits_), ir.Constant(_I64, 1))  # noqa: E731
@@ -1509,8 +1482,7 @@ def stats_halves(typingctx, words, m, em, acc32):
         magmask = splat16(0x7FFF)
         bias = builder.add(builder.trunc(m_s, _I32), ir.Constant(_I32, 126))
         v32 = ir.VectorType(_I32, _HALF_GROUP)
-        biasv = builder.shuffle_vector(builder.insert_element(ir.Constant(v32, None), bias, ir.Constant(_I32, 0)),
-                                       ir.Constant(v32, None), ir.Constant(v32, [ir.Constant(_I32, 0)] * _HALF_GROUP))
+        biasv = _broadcast(builder, _I32, bias, _HALF_GROUP)
         zero16 = splat16(0)
         g = builder.mul(builder.udiv(mv, ir.Constant(_I64, _HALF_GROUP)), ir.Constant(_I64, _HALF_GROUP))
         steps = builder.udiv(g, ir.Constant(_I64, _HALF_GROUP))
@@ -1547,8 +1519,7 @@ def stats_halves(typingctx, words, m, em, acc32):
                     mant = builder.or_(builder.and_(w, mmask), splat16(1))
                     fbits = builder.bitcast(builder.sitofp(builder.zext(mant, v32), ir.VectorType(ir.FloatType(),
                                                            _HALF_GROUP)), v32)
-                    bl = builder.trunc(builder.sub(builder.lshr(fbits, ir.Constant(v32, [ir.Constant(_I32, 23)] *
-                                                                                     _HALF_GROUP)), biasv), v16)
+                    bl = builder.trunc(builder.sub(builder.lshr(fbits, _splat(_I32, 23, _HALF_GROUP)), biasv), v16)
                     builder.store(builder.select(sub, bl, e), lgstep)
                 builder.store(builder.add(builder.load(lg16), builder.load(lgstep)), lg16)
                 builder.store(builder.or_(builder.load(orv), w), orv)
