@@ -617,6 +617,36 @@ def rans_decode16(typingctx, x, lane0, tab, buf, wp, sym, at, ranked, lanes):
     return sig, codegen
 
 
+def _dense_values_codegen(shifted):
+    """Code generator of :func:`rans_decode16_values` (``shifted`` False) and :func:`rans_decode16_shifted`
+    (True: one more argument, ``kk``, after ``at``)."""
+    def codegen(context, builder, signature, args):
+        st = list(signature.args)
+        args = list(args)
+        if shifted:
+            kkv = args.pop(7)
+            st.pop(7)
+        xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, rv = args
+        bp = _data(context, builder, st[3], ba)
+        xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
+        s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, st[2], ta, rv), bp, wpv)
+        res = _residual16(builder, bp, kkv if shifted else atv, planev, nsmv, fullv, remv, _literal(st[9]),
+                          _literal(st[10]), aligned=not shifted)
+        t = _window_t(builder, s, refv)
+        # a window symbol's field is inside the exponent range: the slot table only holds symbols of
+        # non-zero frequency, and the chunk's tables give every field outside the range zero
+        # frequency (codec.codebook.clip_to_dtype); so only ESC and ZERO lanes need the scalar path
+        bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
+        _store_values16(context, builder, st[14], oa, atv, res, t, emv, shiftv)
+        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0))
+        with builder.if_then(any_bad, likely=False):     # only the redo of this group reads them
+            builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
+                                                           _vec(_I8)), align=1)
+        return builder.or_(wpn, builder.shl(builder.zext(any_bad, _I64), ir.Constant(_I64, 62)))
+
+    return codegen
+
+
 # prefer_literal: numba types an intrinsic's constant arguments as plain int64 unless asked to try their
 # literal types first; without it every _decode16_values call site compiled the generic residual reader
 # (found by bench.probes.kernel_profile on Zen 4; decode fp16 +14 %, bf16 +3 %, fp32 +2 %)
@@ -639,27 +669,20 @@ def rans_decode16_values(typingctx, x, lane0, tab, buf, wp, sym, at, plane, n_sm
     as for :func:`rans_decode16`.
     """
     sig = types.int64(x, lane0, tab, buf, wp, sym, at, plane, n_sm, full, rem, shift, ref, em, out, ranked)
+    return sig, _dense_values_codegen(False)
 
-    def codegen(context, builder, signature, args):
-        xa, lane0v, ta, ba, wpv, sa, atv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, rv = args
-        st = signature.args
-        bp = _data(context, builder, st[3], ba)
-        xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
-        s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, st[2], ta, rv), bp, wpv)
-        res = _residual16(builder, bp, atv, planev, nsmv, fullv, remv, _literal(st[9]), _literal(st[10]))
-        t = _window_t(builder, s, refv)
-        # a window symbol's field is inside the exponent range: the slot table only holds symbols of
-        # non-zero frequency, and the chunk's tables give every field outside the range zero
-        # frequency (codec.codebook.clip_to_dtype); so only ESC and ZERO lanes need the scalar path
-        bad = builder.icmp_unsigned("<", s, _splat(_I32, SYM_WINDOW0))
-        _store_values16(context, builder, st[14], oa, atv, res, t, emv, shiftv)
-        any_bad = builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0))
-        with builder.if_then(any_bad, likely=False):     # only the redo of this group reads them
-            builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
-                                                           _vec(_I8)), align=1)
-        return builder.or_(wpn, builder.shl(builder.zext(any_bad, _I64), ir.Constant(_I64, 62)))
 
-    return sig, codegen
+@intrinsic(prefer_literal=True)
+def rans_decode16_shifted(typingctx, x, lane0, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em,
+                          out, ranked):
+    """:func:`rans_decode16_values` with the residuals read from index ``kk`` (any alignment, as
+    :func:`rans_decode16_window` reads them): values ``at .. at+15`` of a chunk with rare ZERO symbols
+    (a sum's exact cancellations), whose ``at - kk`` ZERO values so far took no residual.  A group with
+    a ZERO or ESC lane is flagged as in :func:`rans_decode16_values` (``| 1 << 62``, symbols written) for
+    the caller to redo with :func:`values16_window_escaped`: where such lanes are rare this skips the
+    window path's per-group work (its spread, counts and escape branch) in the common group."""
+    sig = types.int64(x, lane0, tab, buf, wp, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, out, ranked)
+    return sig, _dense_values_codegen(True)
 
 
 def _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t):
@@ -716,37 +739,69 @@ def rans_decode16_window(typingctx, x, lane0, tab, buf, wp, sym, at, kk, plane, 
         bp = _data(context, builder, st[3], ba)
         xp = builder.gep(_data(context, builder, st[0], xa), [builder.shl(lane0v, ir.Constant(_I64, 2))])
         s, wpn = _decode_step(builder, xp, _slot_lookup(context, builder, st[2], ta, rv), bp, wpv)
-        zero = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ZERO))
-        is_esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
-        n_e = _popcount16(builder, is_esc)
-        t_window = _window_t(builder, s, refv)
-        # escapes are rare: their expand-load (microcoded on Zen 4) only in a group that has one
-        with builder.if_else(builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), likely=False) as (
-                escaped, plain):
-            with escaped:
-                t_esc, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t_window)
-                bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, _field_top2(builder, emv)))
-                fail_esc = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
-                                       builder.not_(enough))
-                b_esc = builder.block
-            with plain:
-                b_plain = builder.block
-        t = builder.phi(_vec(_I32))
-        t.add_incoming(t_esc, b_esc)
-        t.add_incoming(t_window, b_plain)
-        fail = builder.phi(_I1)
-        fail.add_incoming(fail_esc, b_esc)
-        fail.add_incoming(ir.Constant(_I1, 0), b_plain)
-        res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv, _literal(st[10]), _literal(st[11]),
-                          aligned=False)
-        _store_values16(context, builder, st[15], oa, atv, _spread_residuals(builder, res, zero), t, emv, shiftv,
-                        zero)
+        zero, n_e, fail = _window_group(context, builder, st[15], oa, atv, bp, s, kkv, planev, nsmv, fullv, remv,
+                                        _literal(st[10]), _literal(st[11]), shiftv, refv, emv, escv, kev, nescv)
         with builder.if_then(fail, likely=False):        # only the symbol-by-symbol pass reads them
             builder.store(builder.trunc(s, _vec(_I8)), _at(builder, _data(context, builder, st[5], sa), atv,
                                                            _vec(_I8)), align=1)
         counts = builder.or_(builder.shl(_popcount16(builder, builder.not_(zero)), ir.Constant(_I64, WINDOW_WP_BITS)),
                              builder.shl(n_e, ir.Constant(_I64, WINDOW_WP_BITS + 6)))
         return builder.or_(builder.or_(wpn, counts), builder.shl(builder.zext(fail, _I64), ir.Constant(_I64, 62)))
+
+    return sig, codegen
+
+
+def _window_group(context, builder, aryty, oa, atv, bp, s, kkv, planev, nsmv, fullv, remv, full, rem, shiftv, refv,
+                  emv, escv, kev, nescv):
+    """The 16 values ``out[at:at+16]`` of symbols ``s`` (i32 lanes) in a chunk with ZERO symbols, as
+    :func:`rans_decode16_window` assembles them (residuals from ``kk``, escapes from ``ke``); returns
+    (the ZERO lanes, the escapes taken (i64), whether the group failed: escapes run out or a field past
+    the exponent range)."""
+    zero = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ZERO))
+    is_esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
+    n_e = _popcount16(builder, is_esc)
+    t_window = _window_t(builder, s, refv)
+    # escapes are rare: their expand-load (microcoded on Zen 4) only in a group that has one
+    with builder.if_else(builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), likely=False) as (escaped, plain):
+        with escaped:
+            t_esc, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t_window)
+            bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, _field_top2(builder, emv)))
+            fail_esc = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
+                                   builder.not_(enough))
+            b_esc = builder.block
+        with plain:
+            b_plain = builder.block
+    t = builder.phi(_vec(_I32))
+    t.add_incoming(t_esc, b_esc)
+    t.add_incoming(t_window, b_plain)
+    fail = builder.phi(_I1)
+    fail.add_incoming(fail_esc, b_esc)
+    fail.add_incoming(ir.Constant(_I1, 0), b_plain)
+    res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv, full, rem, aligned=False)
+    _store_values16(context, builder, aryty, oa, atv, _spread_residuals(builder, res, zero), t, emv, shiftv, zero)
+    return zero, n_e, fail
+
+
+@intrinsic
+def values16_window_escaped(typingctx, buf, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, out, esc, ke,
+                            n_esc):
+    """The 16 values ``out[at:at+16]`` of a chunk with ZERO symbols and no zero blocks from their decoded
+    symbols ``sym[at:at+16]``, residuals from ``kk`` and escapes from ``ke``, as :func:`rans_decode16_window`
+    assembles them (the redo of a group :func:`rans_decode16_shifted` flagged).  Returns the residuals
+    taken ``| escapes << 8``, or -1 where the escapes run out or an escape's field exceeds the exponent
+    range (the caller leaves the group, and the rest of the chunk, to the symbol-by-symbol pass)."""
+    sig = types.int64(buf, sym, at, kk, plane, n_sm, full, rem, shift, ref, em, out, esc, ke, n_esc)
+
+    def codegen(context, builder, signature, args):
+        ba, sa, atv, kkv, planev, nsmv, fullv, remv, shiftv, refv, emv, oa, escv, kev, nescv = args
+        st = signature.args
+        bp = _data(context, builder, st[0], ba)
+        s = builder.zext(builder.load(_at(builder, _data(context, builder, st[1], sa), atv, _vec(_I8)), align=1),
+                         _vec(_I32))
+        zero, n_e, fail = _window_group(context, builder, st[11], oa, atv, bp, s, kkv, planev, nsmv, fullv, remv,
+                                        _literal(st[6]), _literal(st[7]), shiftv, refv, emv, escv, kev, nescv)
+        took = builder.or_(_popcount16(builder, builder.not_(zero)), builder.shl(n_e, ir.Constant(_I64, 8)))
+        return builder.select(fail, ir.Constant(_I64, -1), took)
 
     return sig, codegen
 

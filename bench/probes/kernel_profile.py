@@ -2,7 +2,7 @@
 
     python -m bench.probes.kernel_profile decode [bfloat16] [--seconds 8] [--top 12] [--window 24]
     python -m bench.probes.kernel_profile encode float16
-    python -m bench.probes.kernel_profile encode bfloat16 --input relu   (or pruned90, gradsum)
+    python -m bench.probes.kernel_profile encode bfloat16 --input relu   (or pruned90, gradsum, sum2)
 
 Runs single-thread encode or decode(out=buf) of 8 Mi Gaussian values in a child process under
 ``perf record -e cpu-clock`` (a software event: works in VMs that expose no PMU), while the child writes
@@ -38,6 +38,8 @@ if kind == "relu":
     x = np.maximum(x, 0)
 elif kind.startswith("pruned"):                 # pruned90: 90 % of the values +0, scattered
     x[rng.random(len(x)) < int(kind[6:]) / 100] = 0
+elif kind == "sum2":                             # the sum of two bf16 tensors (bench.speed's row): rare exact
+    x = (x.astype(dt).astype(np.float32) + rng.normal(0, 0.02, len(x)).astype(dt).astype(np.float32))  # cancellations
 elif kind == "gradsum":                          # an all-reduce's partial sum: 2 ranks' MiniLM gradients, the
     from bench.collectives_bench import _data    # mostly-zero head of the flattened tensor (bench.probes.partial_sum_encode)
     x = (_data(8 << 20, 0, "gradients") + _data(8 << 20, 1, "gradients")).float().numpy()
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("encode", "decode"))
     ap.add_argument("dtype", nargs="?", default="bfloat16")
-    ap.add_argument("--input", default="gaussian", help="gaussian, relu (half +0), pruned<P> (P %% +0, scattered), gradsum (two ranks' gradients summed)")
+    ap.add_argument("--input", default="gaussian", help="gaussian, relu (half +0), pruned<P> (P %% +0, scattered), gradsum (two ranks' gradients summed), sum2 (two tensors of dtype summed)")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--top", type=int, default=12, help="hot spots shown")
     ap.add_argument("--window", type=int, default=24, help="instructions shown before each hot spot")
