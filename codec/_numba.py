@@ -1596,7 +1596,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
     return KIND_CODED, best_size
 
 
-_CLAIMED, _BACK, _COPIED = 0, 8, 16     # claim counters (``ctl``), a cache line apart
+_CLAIMED, _BACK, _COPIED, _THREADS = 0, 8, 16, 24     # claim counters (``ctl``), a cache line apart;
+# _THREADS: the threads the call was started with (the helpers' scratch margin)
 
 
 @njit(cache=True, inline="always")
@@ -1615,14 +1616,16 @@ def _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
 
 @njit(cache=True, nogil=True, **kernel_options())
 def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths, zero_thresholds,
-                   explicit, c0, c1, dst, pos, scratch, prev, prev_c0, prev_first, prev_at, kinds, sizes, ctl):
+                   explicit, c0, c1, dst, pos, scratch, prev, prev_c1, prev_first, prev_at, kinds, sizes, ctl):
     """Thread ``t``'s part of one window of chunks ``[c0, c1)`` (:func:`codec._threads.run` runs it on
     every thread; they end together): every chunk is
     claimed through the shared counter ``ctl[_CLAIMED]``.  Thread 0 codes from ``c0`` upwards straight
     into ``dst[pos:]`` (its payloads' offsets are known as it goes); the others code from ``c1``
-    downwards into ``scratch`` (chunk ``c`` at byte ``(c - c0) * chunk_size * itemsize``), whose
-    offsets are known only when the window is done.  Before that, they copy the previous window's
-    scratch chunks (``prev_first + j`` from ``prev``, relative to chunk ``prev_c0``) to
+    downwards into ``scratch`` (the b-th chunk from the back, ``c1 - 1 - b``, at byte ``b * chunk_size *
+    itemsize``), whose offsets are known only when the window is done, and stop claiming once ``scratch``
+    is nearly full (at most ``len(scratch) // raw`` chunks: the window may hold more chunks than the
+    scratch, the rest then thread 0's).  Before that, they copy the previous window's
+    scratch chunks (``prev_first + j`` from ``prev``, which ended at chunk ``prev_c1``) to
     ``dst[prev_at[j]:]``: the copy overlaps thread 0's coding instead of following it.  The number
     of chunks coded downwards is left in ``ctl[_BACK]``.  Any interleaving of the threads (or one
     thread running them all) gives the same bytes: the split only decides where a payload is coded."""
@@ -1638,13 +1641,17 @@ def _encode_window(t, words, chunk_size, itemsize, E, M, has_inf, freqs, mean_of
     j = fetch_add(ctl, _COPIED, 1)
     while j < len(prev_at):
         c = prev_first + j
-        copy_bytes(dst, prev_at[j], prev, (c - prev_c0) * raw, sizes[c])
+        copy_bytes(dst, prev_at[j], prev, (prev_c1 - 1 - c) * raw, sizes[c])
         j = fetch_add(ctl, _COPIED, 1)
     if t != 0:
-        while fetch_add(ctl, _CLAIMED, 1) < n:
-            c = c1 - 1 - fetch_add(ctl, _BACK, 1)
+        # the _BACK read and the claim are not one atomic step: every helper may pass the check with one
+        # slot left, so the caller gives scratch threads - 2 chunks beyond the check's bound
+        room = len(scratch) // raw - (ctl[_THREADS] - 2)
+        while fetch_add(ctl, _BACK, 0) < room and fetch_add(ctl, _CLAIMED, 1) < n:
+            b = fetch_add(ctl, _BACK, 1)
+            c = c1 - 1 - b
             _code_chunk_at(words, c, chunk_size, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                           zero_thresholds, explicit, scratch, (c - c0) * raw, max(0, c - 1) * chunk_size, kinds, sizes)
+                           zero_thresholds, explicit, scratch, b * raw, max(0, c - 1) * chunk_size, kinds, sizes)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -1800,10 +1807,10 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
     sizes and CRC32C (``None`` unless ``checksum``).
 
     One numba thread: every payload is coded in place, in one call.  More: the chunks go in windows
-    of SCRATCH_BYTES / 2 (raw); in each, thread 0 codes in place from the front while the others code
-    from the back into one half of this thread's scratch and copy the previous window's back
-    chunks out of the other half into place (see :func:`_encode_window`); a last call copies the
-    last window's."""
+    of about SCRATCH_BYTES * threads / (threads - 1) / 2 (raw); in each, thread 0 codes in place from
+    the front while the others code from the back into one half of this thread's scratch (of about
+    SCRATCH_BYTES / 2) and copy the previous window's back chunks out of the other half into place
+    (see :func:`_encode_window`); a last call copies the last window's."""
     words = _readonly(np.ascontiguousarray(words))
     numel = len(words)
     w = lay.itemsize
@@ -1814,13 +1821,19 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         raise ValueError(f"out holds {len(dst) - pos} bytes after offset {pos}, {numel * w} needed")
     threads = min(get_num_threads(), max(1, n_chunks))
     raw = chunk_size * w
-    win = max(1, n_chunks if threads == 1 else SCRATCH_BYTES // 2 // raw)
-    halves = (_scratch(2 * win * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
-    ctl = _counters(3)
+    # each half of the scratch holds the back chunks of a window: as many as SCRATCH_BYTES / 2 allows
+    # (at least one), + threads - 2 for the helpers' claims past their check (_encode_window); the window
+    # holds enough chunks for the helpers' expected share ((threads - 1) / threads) to stay 1/16 below
+    # that: 1.9x as many chunks a window, and so fewer windows (each costs the helpers' start and the
+    # threads' wait at its end, ~0.2 ms on 2 threads) than a window the size of a half
+    back = max(1, SCRATCH_BYTES // 2 // raw)
+    win = n_chunks if threads == 1 else max(1, back * threads // (threads - 1) * 15 // 16)
+    halves = (_scratch(2 * (back + threads - 2) * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
+    ctl = _counters(4)
     consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(),
               explicit_tables(fmt.WRITE_VERSION))      # format 7's explicit tables, where it is written
     no_prev = np.empty(0, np.int64)
-    prev_c0 = prev_first = 0
+    prev_c1 = prev_first = 0
     prev_at = no_prev
     at = pos                        # where the previous window's back chunks go; this one's front follows
     if threads == 1:                # every payload in place, in one call (no windows, no copies)
@@ -1830,18 +1843,20 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         c1 = min(n_chunks, c0 + win)
         front = at + int(sizes[prev_first:prev_first + len(prev_at)].sum())
         ctl[:] = 0
-        run(_encode_window, threads, *consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c0,
+        ctl[_THREADS] = threads
+        run(_encode_window, threads, *consts, c0, c1, dst, front, halves[r % 2], halves[(r - 1) % 2], prev_c1,
             prev_first, prev_at, kinds, sizes, ctl)
         first_back = c1 - int(ctl[_BACK])
         at = front + int(sizes[c0:first_back].sum())
-        prev_c0, prev_first = c0, first_back
+        prev_c1, prev_first = c1, first_back
         prev_at = at + np.concatenate([[0], np.cumsum(sizes[first_back:c1 - 1])]).astype(np.int64) \
             if first_back < c1 else no_prev
         last = r
     if len(prev_at):            # the last window's back chunks
         ctl[:] = 0
+        ctl[_THREADS] = threads
         run(_encode_window, threads, *consts, n_chunks, n_chunks, dst, at, halves[(last + 1) % 2], halves[last % 2],
-            prev_c0, prev_first, prev_at, kinds, sizes, ctl)
+            prev_c1, prev_first, prev_at, kinds, sizes, ctl)
     return kinds, sizes, _crcs(dst, pos, sizes) if checksum else None
 
 

@@ -349,12 +349,13 @@ def test_truncated_large_chunk():
             codec.decode(blob[:-cut])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("checksum", [False, True])
 def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     # the numba backend codes chunks straight into the output (thread 0, from a window's front) or into
     # scratch (the others, from its back; copied into place during the next window), in windows that
-    # bound the scratch: 7 chunks -> windows of 3, 3 and 1 with 2 threads
+    # bound the scratch: halves of 3 chunks (+1 with 3 threads), 7 chunks -> windows of 5 and 2 with 2
+    # threads, 4 and 3 with 3
     import codec._numba
 
     monkeypatch.setattr(codec._numba, "SCRATCH_BYTES", 6 * 16384 * 2)
@@ -371,6 +372,36 @@ def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     ref_kinds, ref_payloads = reference.encode_chunks(x.view(np.uint16), layout_for(x.dtype), 16384)
     assert np.array_equal(kinds, ref_kinds) and [bytes(p) for p in payloads] == [bytes(p) for p in ref_payloads]
     assert_bit_equal(codec.decode(fast), x)
+
+
+def test_encode_window_helpers_stop_when_their_scratch_is_full():
+    """A helper thread codes a window's chunks from the back into scratch only while it has room; thread 0
+    (here running after it, as when it is descheduled) codes the rest in place: same payloads as the
+    reference wherever each chunk was coded."""
+    from codec import _numba as N
+
+    lay = layout_for(np_dtype("bfloat16"))
+    x = _variant("escapes", "bfloat16", 5 * 16384, seed=12)
+    words = x.view(np.uint16)
+    raw = 16384 * 2
+    dst = np.zeros(len(words) * 2, np.uint8)
+    scratch = np.zeros(3 * raw, np.uint8)
+    kinds = np.zeros(5, np.uint8)
+    sizes = np.zeros(5, np.int64)
+    ctl = np.zeros(32, np.int64)
+    ctl[N._THREADS] = 2
+    consts = (N._readonly(words), 16384, 2, lay.exp_bits, lay.man_bits, lay.has_inf, *N._family64(),
+              N.explicit_tables(N.fmt.WRITE_VERSION))
+    none = np.empty(0, np.int64)
+    N._encode_window(1, *consts, 0, 5, dst, 0, scratch, scratch, 0, 0, none, kinds, sizes, ctl)
+    assert ctl[N._BACK] == 3                         # chunks 4, 3, 2, then no room
+    N._encode_window(0, *consts, 0, 5, dst, 0, scratch, scratch, 0, 0, none, kinds, sizes, ctl)
+    ref_kinds, ref_payloads = reference.encode_chunks(words, lay, 16384)
+    assert np.array_equal(kinds, ref_kinds)
+    front = dst[:sizes[0] + sizes[1]].tobytes()
+    assert front == b"".join(bytes(p) for p in ref_payloads[:2])
+    for b, c in enumerate((4, 3, 2)):
+        assert scratch[b * raw:b * raw + sizes[c]].tobytes() == bytes(ref_payloads[c]), c
 
 
 @pytest.mark.parametrize("exp_bits,has_inf", [(8, True), (5, True), (4, False)])
