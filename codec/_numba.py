@@ -2578,6 +2578,22 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
         raise chunk_fault(i, code, dtype=lay.name)
 
 
+def chunk_path(buf, i: int) -> int:
+    """How the SIMD rounds assemble coded chunk ``i`` of stream ``buf`` (:func:`_open_chunk`'s ``dense``:
+    1 dense, 2 the window path, 3 dense with a group holding a ZERO or ESC lane redone, 0 after the
+    rounds); for tests and probes."""
+    h = fmt.parse_header(buf)
+    a, b = h.chunk_span(i)
+    lay = h.layout
+    prm = np.zeros(_N_PRM, np.int64)
+    err = _open_chunk(_readonly(np.frombuffer(memoryview(buf).cast("B"), np.uint8)), a, b, h.chunk_len(i),
+                      lay.exp_bits, lay.man_bits, lay.has_inf, _freqs64(), prm, np.zeros(_TAB_ROW, np.uint32),
+                      np.zeros(MAX_LANES, np.uint32), _limits(h))
+    if err:
+        raise chunk_fault(i, err, dtype=lay.name)
+    return int(prm[_P_DENSE])
+
+
 def _limits(h: Header) -> np.ndarray:
     """What a chunk head of ``h``'s stream may say: highest sign mode, codebook count, zero-block modes,
     explicit tables or not (one read-only array per format version and codebook family)."""

@@ -163,20 +163,6 @@ def test_chunks_with_rare_zeros_fail_as_the_reference(dtype):
         assert _outcome(blob, "numba") == _outcome(blob, "reference")
 
 
-def _chunk_path(blob, i):
-    """How codec._numba._open_chunk has the rounds assemble chunk ``i``'s values (its ``dense``)."""
-    from codec import _numba as N, format as fmt
-
-    h = fmt.parse_header(blob)
-    a, b = h.chunk_span(i)
-    buf = np.frombuffer(blob, np.uint8)
-    prm = np.zeros(N._N_PRM, np.int64)
-    lay = h.layout
-    assert N._open_chunk(buf, a, b, h.chunk_len(i), lay.exp_bits, lay.man_bits, lay.has_inf, N._freqs64(), prm,
-                         np.zeros(N._TAB_ROW, np.uint32), np.zeros(N.MAX_LANES, np.uint32), N._limits(h)) == 0
-    return int(prm[N._P_DENSE])
-
-
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_rare_and_common_zeros_take_their_own_paths(dtype):
     """Chunks with ZERO symbols and no zero blocks: where ZERO and ESC are rare (a sum's cancellations) the
@@ -184,6 +170,8 @@ def test_rare_and_common_zeros_take_their_own_paths(dtype):
     a ZERO or ESC lane (dense 3); where they are common (ReLU outputs), the window path (dense 2).  Both
     give the reference's values, with ZERO and ESC lanes in one group, escapes in zero-free groups and
     values past the rounds' safe range."""
+    from codec import _numba
+
     rng = np.random.default_rng(_seed(dtype, "paths"))
     n = 2 * 65536 + 999
     for frac, path in ((0.0005, 3), (0.003, 3), (0.3, 2)):
@@ -195,7 +183,7 @@ def test_rare_and_common_zeros_take_their_own_paths(dtype):
         x = w.view(x.dtype)
         blob = codec.encode(x, chunk_size=65536)
         assert blob == codec.encode(x, chunk_size=65536, backend="reference")
-        assert [_chunk_path(blob, i) for i in range(2)] == [path] * 2, frac
+        assert [_numba.chunk_path(blob, i) for i in range(2)] == [path] * 2, frac
         assert_bit_equal(codec.decode(blob, backend="numba"), x)
 
 
