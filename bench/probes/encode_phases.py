@@ -25,6 +25,7 @@ from codec import format as fmt
 from codec.layouts import layout_for
 
 from ..speed import _cpu_model as cpu_model
+from . import emit
 
 CHUNK = 1 << 16
 
@@ -120,11 +121,7 @@ def main(argv=None):
     for name, r in rows:
         lines.append(f"| {name} | " + " | ".join(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c])
                                                  for c in cols) + " |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    emit("\n".join(lines), args.out)
     return 0
 
 

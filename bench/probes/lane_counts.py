@@ -20,6 +20,7 @@ from codec import format as fmt
 
 from ..speed import _best
 from ..speed import _cpu_model as cpu_model
+from . import emit
 
 SIZES = (2048, 4096, 8191, 8192, 12000, 16383, 16384, 32768, 65536)
 
@@ -43,10 +44,7 @@ def main(argv=None):
         td, _ = _best(lambda: codec.decode(blob, out=y), 9)
         rows.append(f"| {args.label} | {n} | {fmt.lanes(n)} | {x.nbytes / te / 1e6:.0f} | {x.nbytes / td / 1e6:.0f} |")
     text = f"CPU: {cpu_model()}\n\n" + "\n".join(rows) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n")
+    emit(text, args.out, "a")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import time
 import ml_dtypes
 import numpy as np
 
+from . import emit
+
 
 def _inputs(n):
     bf = ml_dtypes.bfloat16
@@ -60,11 +62,7 @@ def main(argv=None) -> int:
         assert np.array_equal(out.view(np.uint16), x.view(np.uint16))
         zeros = float(np.mean(x.view(np.uint16) == 0))
         lines.append(f"| {name} | {100 * zeros:.2f} % | {N.chunk_path(blob, 0)} | {x.nbytes / best[name] / 1e6:,.0f} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit("\n".join(lines), args.out)
     return 0
 
 
