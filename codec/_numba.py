@@ -1821,12 +1821,12 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         raise ValueError(f"out holds {len(dst) - pos} bytes after offset {pos}, {numel * w} needed")
     threads = min(get_num_threads(), max(1, n_chunks))
     raw = chunk_size * w
-    # each half of the scratch holds the back chunks of a window: as many as SCRATCH_BYTES / 2 allows
-    # (at least one), + threads - 2 for the helpers' claims past their check (_encode_window); the window
-    # holds enough chunks for the helpers' expected share ((threads - 1) / threads) to stay 1/16 below
-    # that: 1.9x as many chunks a window, and so fewer windows (each costs the helpers' start and the
-    # threads' wait at its end, ~0.2 ms on 2 threads) than a window the size of a half
-    back = max(1, SCRATCH_BYTES // 2 // raw)
+    # each half of the scratch holds the back chunks of a window: ``back`` (at least one), + threads - 2
+    # for the helpers' claims past their check (_encode_window), together what SCRATCH_BYTES / 2 allows;
+    # the window holds enough chunks for the helpers' expected share ((threads - 1) / threads) to stay
+    # 1/16 below ``back``: on 2 threads 1.9x as many chunks a window, and so fewer windows (each costs
+    # the helpers' start and the threads' wait at its end, ~0.2 ms), than a window the size of a half
+    back = max(1, SCRATCH_BYTES // 2 // raw - (threads - 2))
     win = n_chunks if threads == 1 else max(1, back * threads // (threads - 1) * 15 // 16)
     halves = (_scratch(2 * (back + threads - 2) * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
     ctl = _counters(4)

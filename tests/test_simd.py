@@ -342,8 +342,8 @@ def test_truncated_large_chunk():
 def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     # the numba backend codes chunks straight into the output (thread 0, from a window's front) or into
     # scratch (the others, from its back; copied into place during the next window), in windows that
-    # bound the scratch: halves of 3 chunks (+1 with 3 threads), 7 chunks -> windows of 5 and 2 with 2
-    # threads, 4 and 3 with 3
+    # bound the scratch: halves of 3 chunks, 7 chunks -> windows of 5 and 2 with 2 threads (the helper
+    # codes at most 3 from the back), of 2 with 3 threads (2 back chunks + 1 for the helpers' race)
     import codec._numba
 
     monkeypatch.setattr(codec._numba, "SCRATCH_BYTES", 6 * 16384 * 2)
