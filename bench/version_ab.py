@@ -47,6 +47,9 @@ x = np.zeros(16 << 20, np.float16)
 keep = rng.random(16 << 20) < 0.002
 x[keep] = (rng.standard_normal(int(keep.sum())) * 2e-3) ** 2
 inputs.append(("fp16 0.2 % non-zero", x))
+# the sum of two bf16 tensors (a reduce-scatter hop's input): rare exact +0 from cancellations
+a, b = (rng.standard_normal(32 << 20).astype(np.float32).astype(ml_dtypes.bfloat16) for _ in range(2))
+inputs.append(("bf16 sum of two", (a.astype(np.float32) + b.astype(np.float32)).astype(ml_dtypes.bfloat16)))
 # unstructured pruning: 90 % and 99 % of a weight's entries +0, scattered
 for keep in (0.1, 0.01):
     x = (rng.standard_normal(16 << 20) * 0.02).astype(ml_dtypes.bfloat16)
