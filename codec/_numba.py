@@ -1801,6 +1801,27 @@ def _counters(n: int) -> np.ndarray:
     return ctl[:8 * n]
 
 
+def _windows(n_chunks: int, raw: int, threads: int) -> tuple[int, int]:
+    """The back chunks a scratch half holds and the chunks in each window of :func:`encode_into`.
+
+    Each half of a helper's scratch holds the back chunks of a window: ``back`` (at least one), plus
+    threads - 2 for the helpers' claims past their check (:func:`_encode_window`), together what
+    SCRATCH_BYTES / 2 allows.  A window holds enough chunks for the helpers' expected share
+    ((threads - 1) / threads) to stay 1/16 below ``back``: on 2 threads 1.9x as many chunks as a half
+    holds, and so fewer windows (each costs the helpers' start and the threads' wait at its end, ~0.2
+    ms).  The windows are of equal size (a short last one would cost a whole window's start and wait
+    for a few chunks): as many as that size gives to the nearest, one more where the helpers' expected
+    share would pass ``back`` (the chunks past it are thread 0's).  One thread: one window."""
+    back = max(1, SCRATCH_BYTES // 2 // raw - (threads - 2))
+    if threads == 1:
+        return back, max(1, n_chunks)
+    target = max(1, back * threads // (threads - 1) * 15 // 16)
+    n_win = max(1, round(n_chunks / target))
+    if -(-n_chunks // n_win) > back * threads // (threads - 1):
+        n_win += 1
+    return back, max(1, -(-n_chunks // n_win))
+
+
 def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, chunk_size: int, checksum: bool):
     """Encode ``words`` into ``dst[pos:]`` (a writeable uint8 array), which must hold their raw size
     (the caller's buffer, or a bytearray grown by :func:`reserve`); return the chunks' kinds, payload
@@ -1821,13 +1842,7 @@ def encode_into(dst: np.ndarray, pos: int, words: np.ndarray, lay: FloatLayout, 
         raise ValueError(f"out holds {len(dst) - pos} bytes after offset {pos}, {numel * w} needed")
     threads = min(get_num_threads(), max(1, n_chunks))
     raw = chunk_size * w
-    # each half of the scratch holds the back chunks of a window: ``back`` (at least one), + threads - 2
-    # for the helpers' claims past their check (_encode_window), together what SCRATCH_BYTES / 2 allows;
-    # the window holds enough chunks for the helpers' expected share ((threads - 1) / threads) to stay
-    # 1/16 below ``back``: on 2 threads 1.9x as many chunks a window, and so fewer windows (each costs
-    # the helpers' start and the threads' wait at its end, ~0.2 ms), than a window the size of a half
-    back = max(1, SCRATCH_BYTES // 2 // raw - (threads - 2))
-    win = n_chunks if threads == 1 else max(1, back * threads // (threads - 1) * 15 // 16)
+    back, win = _windows(n_chunks, raw, threads)
     halves = (_scratch(2 * (back + threads - 2) * raw).reshape(2, -1) if threads > 1 else np.empty((2, 0), np.uint8))
     ctl = _counters(4)
     consts = (words, chunk_size, w, lay.exp_bits, lay.man_bits, lay.has_inf, *_family64(),

@@ -342,7 +342,7 @@ def test_truncated_large_chunk():
 def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     # the numba backend codes chunks straight into the output (thread 0, from a window's front) or into
     # scratch (the others, from its back; copied into place during the next window), in windows that
-    # bound the scratch: halves of 3 chunks, 7 chunks -> windows of 5 and 2 with 2 threads (the helper
+    # bound the scratch: halves of 3 chunks, 8 chunks -> windows of 4 and 4 with 2 threads (the helper
     # codes at most 3 from the back), of 2 with 3 threads (2 back chunks + 1 for the helpers' race)
     import codec._numba
 
@@ -360,6 +360,27 @@ def test_grouped_encode_in_place(monkeypatch, checksum, threads):
     ref_kinds, ref_payloads = reference.encode_chunks(x.view(np.uint16), layout_for(x.dtype), 16384)
     assert np.array_equal(kinds, ref_kinds) and [bytes(p) for p in payloads] == [bytes(p) for p in ref_payloads]
     assert_bit_equal(codec.decode(fast), x)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4, 8])
+def test_encode_windows_are_equal_and_fit_the_scratch(monkeypatch, threads):
+    """encode_into's windows: equal sizes (the last short by less than the window count), never more
+    chunks than the helpers' scratch halves can take their expected share of, and about as many
+    windows as the target size gives (not one more per short remainder)."""
+    from codec import _numba as N
+
+    monkeypatch.setattr(N, "SCRATCH_BYTES", 40 * 16384 * 2)
+    raw = 16384 * 2
+    for n_chunks in range(1, 400):
+        back, win = N._windows(n_chunks, raw, threads)
+        assert back == 20 - (threads - 2)
+        cap = back * threads // (threads - 1)
+        n_win = -(-n_chunks // win)
+        assert 1 <= win <= cap, (n_chunks, win)
+        assert n_chunks - (n_win - 1) * win > win - n_win, (n_chunks, win)     # the last window is not short
+        target = back * threads // (threads - 1) * 15 // 16
+        assert n_win <= max(1, round(n_chunks / target)) + 1
+    assert N._windows(0, raw, 1)[1] == 1 and N._windows(7, raw, 1)[1] == 7      # one thread: one window
 
 
 def test_encode_window_helpers_stop_when_their_scratch_is_full():
