@@ -524,10 +524,13 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     as soon as it passes ``limit`` (>= 0)."""
     # rANS.  x // f via a double reciprocal in the one-lane rounds (see _rans_put); the SIMD rounds divide in
     # single precision with an exact correction (codec._simd._divmod_f32), the ranked ones by table reciprocals
+    full_rounds = m // k
     ftab = np.empty(N_SYMBOLS, np.uint32)
-    inv = np.empty(N_SYMBOLS, np.float64)
     for t in range(N_SYMBOLS):
         ftab[t] = f[t] | (cum[t] << 16)
+    # the one-lane rounds' reciprocals, only where there are any: a partial last round, or a few lanes
+    inv = np.empty(N_SYMBOLS if m > full_rounds * k or k < _MASKED_MIN_LANES else 0, np.float64)
+    for t in range(len(inv)):
         inv[t] = 1.0 / f[t] if f[t] > 0 else 0.0
     # the same tables by rank among the used symbols, for permutes (codec._simd.RANKED_SYMBOLS)
     # (up to ENCODE_RANKS: the 16-lane rounds read 64, the masked ones 32)
@@ -552,7 +555,6 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
     ranked = ranks == 32
     cap = len(wbuf)
     pos = cap
-    full_rounds = m // k
     for lane in range(m - full_rounds * k - 1, -1, -1):     # a partial last round goes first
         pos = _rans_put(x, lane, sym[full_rounds * k + lane], f, cum, inv, wbuf, pos)
     # the rANS rounds do not touch the input: meanwhile, fetch the next chunk's (``ahead``) into the

@@ -53,8 +53,9 @@ def _broadcast(builder, t, scalar, n=LANES):
 
 
 def _branch(builder, cond, then, otherwise, likely=None):
-    """The value of ``then()`` or of ``otherwise()`` (each builds its branch's code and returns an IR value of
-    one type) as ``cond`` says: a phi after both."""
+    """The value of ``then()`` or of ``otherwise()`` (each builds its branch's code and returns an IR value,
+    or a tuple of them, of the same types on both sides) as ``cond`` says: a phi after both (a tuple of
+    phis for a tuple)."""
     with builder.if_else(cond, likely=likely) as (yes, no):
         with yes:
             a = then()
@@ -62,10 +63,14 @@ def _branch(builder, cond, then, otherwise, likely=None):
         with no:
             b = otherwise()
             block_b = builder.block
-    phi = builder.phi(a.type)
-    phi.add_incoming(a, block_a)
-    phi.add_incoming(b, block_b)
-    return phi
+    many = isinstance(a, tuple)
+    phis = []
+    for va, vb in zip(a if many else (a,), b if many else (b,)):
+        phi = builder.phi(va.type)
+        phi.add_incoming(va, block_a)
+        phi.add_incoming(vb, block_b)
+        phis.append(phi)
+    return tuple(phis) if many else phis[0]
 
 
 # The features that choose a kernel variant, of the CPUs tests/isa.sh and the benchmarks name in
@@ -762,21 +767,14 @@ def _window_group(context, builder, aryty, oa, atv, bp, s, kkv, planev, nsmv, fu
     n_e = _popcount16(builder, is_esc)
     t_window = _window_t(builder, s, refv)
     # escapes are rare: their expand-load (microcoded on Zen 4) only in a group that has one
-    with builder.if_else(builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), likely=False) as (escaped, plain):
-        with escaped:
-            t_esc, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t_window)
-            bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, _field_top2(builder, emv)))
-            fail_esc = builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
-                                   builder.not_(enough))
-            b_esc = builder.block
-        with plain:
-            b_plain = builder.block
-    t = builder.phi(_vec(_I32))
-    t.add_incoming(t_esc, b_esc)
-    t.add_incoming(t_window, b_plain)
-    fail = builder.phi(_I1)
-    fail.add_incoming(fail_esc, b_esc)
-    fail.add_incoming(ir.Constant(_I1, 0), b_plain)
+    def escaped():
+        t_esc, enough = _escape_fields(builder, bp, is_esc, n_e, escv, kev, nescv, t_window)
+        bad = builder.and_(is_esc, builder.icmp_unsigned(">", t_esc, _field_top2(builder, emv)))
+        return t_esc, builder.or_(builder.icmp_unsigned("!=", builder.bitcast(bad, _I16), ir.Constant(_I16, 0)),
+                                  builder.not_(enough))
+
+    t, fail = _branch(builder, builder.icmp_unsigned("!=", n_e, ir.Constant(_I64, 0)), escaped,
+                      lambda: (t_window, ir.Constant(_I1, 0)), likely=False)
     res = _residual16(builder, bp, kkv, planev, nsmv, fullv, remv, full, rem, aligned=False)
     _store_values16(context, builder, aryty, oa, atv, _spread_residuals(builder, res, zero), t, emv, shiftv, zero)
     return zero, n_e, fail
