@@ -1817,9 +1817,9 @@ def _windows(n_chunks: int, raw: int, threads: int) -> tuple[int, int]:
     back = max(1, SCRATCH_BYTES // 2 // raw - (threads - 2))
     if threads == 1:
         return back, max(1, n_chunks)
-    target = max(1, back * threads // (threads - 1) * 15 // 16)
-    n_win = max(1, round(n_chunks / target))
-    if -(-n_chunks // n_win) > back * threads // (threads - 1):
+    cap = back * threads // (threads - 1)           # the most chunks a window may hold
+    n_win = max(1, round(n_chunks / max(1, cap * 15 // 16)))
+    if -(-n_chunks // n_win) > cap:
         n_win += 1
     return back, max(1, -(-n_chunks // n_win))
 
