@@ -32,7 +32,7 @@ from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYT
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
-                    RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
+                    RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     rans_encode_rounds,
@@ -659,7 +659,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
     em = (E << 8) | M
     vec_end = g16                               # values from here on were prepared one at a time
     if n_zero:
-        kk = 0
+        kk = np.int64(0)        # (typed: a literal 0 would compile the helpers it reaches once more, for Literal[int])
         for at in range(0, g16, LANES):
             if kk + LANES <= n_sm:
                 if PERMUTE:
@@ -1503,7 +1503,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
         width = _word_bits(w, n, stats[4], itemsize)
         sp = _sparse_nbytes(w, n, k_nz, width)
     sp_cap = sp if 0 <= sp < raw else raw
-    cand_size = -1                          # the smallest candidate so far (in the slot), -1: none
+    cand_size = np.int64(-1)                    # the smallest candidate so far (in the slot), -1: none
     scratch = np.empty(0, np.uint8)
     # zero-block candidates only where 16-value blocks skip 1/32 of the chunk (they skip the most: a coarser
     # block is a run of them); else (zeros scattered, as a ReLU's) no candidate is coded and no scratch is
@@ -1533,8 +1533,8 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                     continue
             bitmap = bitmaps[mi * row:mi * row + (nb + 7) // 8]
             skipped = skips[mi]
-            skipped_samples = 0                  # the fit's sampled positions in skipped blocks
-            skipped_x = 0                        # and the explicit table's (format 7)
+            skipped_samples = np.int64(0)        # the fit's sampled positions in skipped blocks
+            skipped_x = np.int64(0)              # and the explicit table's (format 7)
             for blk in range(nb):
                 if (bitmap[blk >> 3] >> (blk & 7)) & 1:
                     lo = blk * bs
@@ -1544,7 +1544,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             kept = n - skipped
             if 32 * skipped < n or kept == 0:
                 continue
-            kept = 0
+            kept = np.int64(0)
             for blk in range(nb):
                 if not (bitmap[blk >> 3] >> (blk & 7)) & 1:
                     lo = blk * bs
@@ -1554,8 +1554,9 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             # the kept values' statistics: the chunk's, less the skipped +0 (which add to no other sum); the
             # zero-block count (last) only gates the candidates and is not read by the coding
             kstats = (n_zero - skipped, stats[1], stats[2], stats[3], stats[4], np.int64(0))
+            kvals = frozen(vals)            # (typed as the tensor is: the helpers compile once per word type)
             if full_state[0] == 0:          # every value's keys, for the tight lower bounds that rule out
-                full[:] = _key_hist(vals, kept, n_zero - skipped, w, n, n_zero, E, M)    # candidates (and the
+                full[:] = _key_hist(kvals, kept, n_zero - skipped, w, n, n_zero, E, M)   # candidates (and the
                 full_state[0] = 1           # plain payload) that cannot beat the best so far
             # a candidate is kept only when smaller than the best so far, or as small and of a finer mode (the
             # reference's order: finer modes first, a later one kept only when strictly smaller); it stops once
@@ -1564,7 +1565,7 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
             if cand_size >= 0:
                 lim = cand_size if mi < best_mi else cand_size - 1
             lim = min(lim, sp_cap)
-            size = _code_values(vals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
+            size = _code_values(kvals, kept, kstats, hist, occ, k_occ, skipped_samples, E, M, has_inf, freqs,
                                 mean_offsets, code_lengths, zero_thresholds, explicit, w, n, full, full_state, skipped_x,
                                 mode, bitmap, len(bitmap), scratch, sym,
                                 wbuf, ahead, lim)
@@ -1572,12 +1573,13 @@ def _encode_chunk(w, n, itemsize, E, M, has_inf, freqs, mean_offsets, code_lengt
                 cand_size = size
                 best_mi = mi
                 best[:size] = scratch[:size]
+    zero = np.int64(0)                      # (typed: literal 0s would compile _code_values and what it calls again)
     if cand_size < 0:                       # as long as the raw chunk or longer: stored raw, whatever its size
-        best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
+        best_size = _code_values(w, n, stats, hist, occ, k_occ, zero, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                                 zero_thresholds, explicit, w, n, full, full_state, zero, zero, nobits, zero, best, sym, wbuf, ahead, min(raw - 1, sp_cap))
     else:                                   # the plain payload wins a tie: it must be at most cand_size
-        best_size = _code_values(w, n, stats, hist, occ, k_occ, 0, E, M, has_inf, freqs, mean_offsets, code_lengths,
-                                 zero_thresholds, explicit, w, n, full, full_state, 0, 0, nobits, 0, scratch, sym, wbuf, ahead, cand_size)
+        best_size = _code_values(w, n, stats, hist, occ, k_occ, zero, E, M, has_inf, freqs, mean_offsets, code_lengths,
+                                 zero_thresholds, explicit, w, n, full, full_state, zero, zero, nobits, zero, scratch, sym, wbuf, ahead, cand_size)
         if best_size <= cand_size:
             best[:best_size] = scratch[:best_size]
         else:
@@ -2503,14 +2505,9 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
         p1[_P_FULL], p1[_P_REM], p1[_P_SHIFT], p1[_P_REF])
     rk0 = p0[_P_RANKED]
     rk1 = p1[_P_RANKED]
-    r0 = 0
-    r1 = 0
-    d0 = 0
-    d1 = 0
-    e0 = 0
-    e1 = 0
-    kk0 = 0
-    kk1 = 0
+    # (typed zeros: a literal 0 reaching _finish_chunk or _values_dense while the loops' types are inferred
+    # compiles them once more, for Literal[int](0))
+    r0 = r1 = d0 = d1 = e0 = e1 = kk0 = kk1 = np.int64(0)
     # a SIMD round reads at most 2k stream bytes from wp (a masked round of 8 lanes: 32 with "shuffle" stream
     # moves): it may start while wp is inside the words and those bytes inside buf (a valid stream then never
     # passes the words' end; a corrupted one that does is caught after the loop), so only a chunk at the very

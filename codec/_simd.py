@@ -1673,3 +1673,18 @@ def fetch_add(typingctx, arr, i, v):
         return builder.atomic_rmw("add", p, vv, "seq_cst")
 
     return sig, codegen
+
+
+@intrinsic
+def frozen(typingctx, arr):
+    """The same array typed read-only (no copy; the two types share one data model): a helper called with
+    both a read-only tensor and a writeable scratch array is then compiled once, not twice."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = arr.copy(readonly=True)(arr)
+
+    def codegen(context, builder, signature, args):
+        context.nrt.incref(builder, signature.args[0], args[0])     # a new reference to the same array
+        return args[0]
+
+    return sig, codegen
