@@ -1040,3 +1040,48 @@ def test_words_lower_bound_holds_for_every_coded_payload(dtype):
                 assert blob == codec.encode(w.view(np_dtype(dtype)), chunk_size=n, backend="reference"), (kind, n)
             checked.add((kind, hd.mode > 0))
     assert ("one value and a few others", False) in checked and any(zb for _, zb in checked), checked
+
+
+def _same_compile(a, b) -> bool:
+    """Whether two compiled argument types of a kernel helper give the same machine code but for constant
+    folding: a literal integer and int64, or a read-only and a writeable array of one dtype."""
+    from numba import types
+
+    if a == b:
+        return True
+    if isinstance(a, types.IntegerLiteral) != isinstance(b, types.IntegerLiteral):
+        lit, other = (a, b) if isinstance(a, types.IntegerLiteral) else (b, a)
+        return other == lit.literal_type
+    if isinstance(a, types.Array) and isinstance(b, types.Array):
+        return a.copy(readonly=True) == b.copy(readonly=True)
+    return False
+
+
+def test_kernel_helpers_compile_once_per_word_type():
+    """The non-inlined helpers of the numba kernels compile once per argument types that matter (word type,
+    exponent and mantissa widths), not once more for a literal 0 that reached them while a caller's loop
+    types were inferred, nor for a writeable scratch array beside the read-only tensor (each such compile
+    cost seconds of every cold test run and CI: 167 signatures were 88 after the fix).  After encoding
+    (plain and zero-block payloads, explicit tables) and decoding, no helper holds two signatures that differ
+    only so."""
+    from numba.core.registry import CPUDispatcher
+
+    from codec import _numba
+
+    rng = np.random.default_rng(0)
+    for dtype in ("bfloat16", "float16"):
+        w = bits(rng.normal(0, 0.02, 40000).astype(np_dtype(dtype))).copy()
+        w[:16000] = 0                                   # zero-block candidates in the first chunk
+        w[30000:] = bits(rng.lognormal(-8, 2, 10000).astype(np_dtype(dtype)))    # a shape for an explicit table
+        x = w.view(np_dtype(dtype))
+        assert_bit_equal(codec.decode(codec.encode(x, chunk_size=16384, backend="numba"), backend="numba"), x)
+    helpers = {name: f for name, f in vars(_numba).items() if isinstance(f, CPUDispatcher)}
+    assert {"_code_values", "_code_dense", "_prepare_scalar", "_values_dense", "_finish_chunk"} <= set(helpers)
+    twins = []
+    for name, f in helpers.items():
+        sigs = list(f.signatures)
+        for i, a in enumerate(sigs):
+            for b in sigs[i + 1:]:
+                if len(a) == len(b) and all(_same_compile(s, t) for s, t in zip(a, b)):
+                    twins.append((name, a, b))
+    assert not twins, twins[:3]
