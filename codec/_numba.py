@@ -241,10 +241,11 @@ def _tables(freqs, cb, ref, exp_bits, has_inf, f, cum):
     top = (1 << exp_bits) - 1
     lo_field = ref - WINDOW_LOW
     hi_field = ref - WINDOW_LOW + WINDOW - 1
-    if lo_field < -1:
-        _move(f, lo_field, -1, ref, _wsym(0, ref, 0))
-    if lo_field <= -1 and -1 <= hi_field:
-        _move(f, -1, 0, ref, _wsym(0, ref, 1))
+    below = np.int64(-1)        # (typed: a literal -1 or 0 would compile _move once more for each)
+    if lo_field < below:
+        _move(f, lo_field, below, ref, _wsym(0, ref, 0))
+    if lo_field <= below and below <= hi_field:
+        _move(f, below, below + 1, ref, _wsym(0, ref, 1))
     if hi_field > top:
         _move(f, max(top + 1, lo_field), hi_field + 1, ref, _wsym(top, ref, 0 if has_inf else 1))
     cum[0] = 0
