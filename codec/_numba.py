@@ -2040,7 +2040,10 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
         for s in range(N_SYMBOLS):
             cum[s + 1] = cum[s] + f[s]
     else:
-        _tables(freqs, cb, ref, E, has_inf, f, cum)
+        # typed, not the literals _open_chunk is compiled for: the encoders call _tables with int64/bool, and
+        # one signature for both keeps the test suite's two warm-up processes (tests/helpers.warm) from saving
+        # different signatures of it to numba's on-disk cache at once (numba#10128: one could load the other's)
+        _tables(freqs, cb, ref, np.int64(E), np.bool_(has_inf), f, cum)
     n_coded = n
     nbm = 0
     bs = 1

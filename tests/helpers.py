@@ -71,8 +71,11 @@ def warm(part: str) -> None:
     """Compile (or load from numba's on-disk cache) one part of the numba kernels: ``"decoders"`` (one
     per supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them
     side by side (conftest does, on a first run).  Their cache files are disjoint but for two small
-    helpers both use (``_tables``, ``_move``): should the two processes race on those, one entry is
-    lost and compiled again later, nothing worse (numba replaces its index files atomically)."""
+    helpers both use (``_tables``, ``_move``), which both compile for one and the same signature: numba
+    writes a function's index and data files apart, so two processes saving *different* signatures of
+    one function at once can leave an index naming the other's code (numba/numba#10128's kind of race);
+    the same signature saved twice is the same code.  (Until 2026-12-07 the decoders compiled
+    ``_tables`` for literal exponent widths, the encoders for int64.)"""
     import codec
 
     if part not in ("decoders", "encoders"):

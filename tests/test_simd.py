@@ -1083,3 +1083,22 @@ def test_kernel_helpers_compile_once_per_word_type():
     twins = [(name, a, b) for name, f in helpers.items() for a, b in combinations(f.signatures, 2)
              if len(a) == len(b) and all(_same_compile(s, t) for s, t in zip(a, b))]
     assert not twins, (sorted({name for name, _, _ in twins}), twins[0])
+
+
+def test_helpers_both_warm_up_parts_compile_have_one_signature():
+    """tests.helpers.warm compiles the encoders and the decoders in two processes at once (conftest);
+    numba saves a function's index and data files apart, so the two saving *different* signatures of
+    one helper at once can leave an index naming the other's code.  The helpers both parts compile must
+    therefore have one signature: those compiled here and those in numba's on-disk index (which holds
+    what the other process saved; this process may have loaded the decoders whole from the cache).
+    Before 2026-12-07 ``_tables`` had four: int64 from the encoders, literal widths from the decoders."""
+    from codec import _numba
+    from tests.helpers import warm
+
+    warm("encoders")
+    warm("decoders")
+    for name in ("_tables", "_move"):
+        f = getattr(_numba, name)
+        on_disk = {key[0] for key in f._cache._cache_file._load_index()}   # numba's index: {(sig, ...): file}
+        sigs = set(f.signatures) | on_disk
+        assert len(sigs) == 1, (name, sorted(map(str, sigs)))
