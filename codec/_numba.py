@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from types import FunctionType
 
 import numpy as np
 from numba import njit
@@ -2546,10 +2547,42 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
 
 
 _DECODERS = {}
+_NAMESPACES: dict = {}
+
+
+def _layout_namespace(lay: FloatLayout) -> dict:
+    """This module's globals with each of its numba functions replaced by a copy of its own for ``lay``
+    (same code, qualname ``<name>.<dtype>``), which the layout's decode kernel and its helpers call.
+
+    The helpers a decoder calls are compiled for that dtype's literal widths, and numba keeps a function's
+    compiled signatures in one index file beside numbered data files, written apart: two processes saving
+    different signatures of one function at once can leave an index entry naming the other's code
+    (numba/numba#10128's kind of race).  With a copy per layout, the decoders of two dtypes share no cache
+    file with each other or with the encoders, so they can be compiled side by side (tests/helpers.warm:
+    the test suite's cold start splits them over two processes).  Copies are made on a layout's first
+    decode and compile as before; the machine code is the same."""
+    ns = _NAMESPACES.get(lay.code)
+    if ns is None:
+        from numba.core.registry import CPUDispatcher
+
+        here = globals()
+        ns = dict(here)
+        for name, f in here.items():
+            if not isinstance(f, CPUDispatcher) or f.py_func.__globals__ is not here:
+                continue            # (codec.format's _plane_width: inlined, and its globals are its module's)
+            py = f.py_func
+            g = FunctionType(py.__code__, ns, py.__name__, py.__defaults__, py.__closure__)
+            g.__qualname__ = f"{py.__qualname__}.{lay.name}"
+            g.__doc__ = py.__doc__
+            opts = {k: v for k, v in f.targetoptions.items() if k != "nopython"}
+            ns[name] = njit(cache=True, locals=f.locals, **opts)(g)
+        ns = _NAMESPACES.setdefault(lay.code, ns)       # (two threads' first decodes: one namespace wins)
+    return ns
 
 
 def _decoder(lay: FloatLayout):
-    """The parallel decode kernel of one layout, its constants baked in (compiled and cached per layout)."""
+    """The parallel decode kernel of one layout, its constants baked in (compiled and cached per layout,
+    from the layout's own copies of the helpers: :func:`_layout_namespace`)."""
     kernel = _DECODERS.get(lay.code)
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
@@ -2563,7 +2596,10 @@ def _decoder(lay: FloatLayout):
                              freqs, out, errors, limits)
                 pair = fetch_add(ctl, 0, 1)
 
-        kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(decode_all)
+        own = FunctionType(decode_all.__code__, _layout_namespace(lay), decode_all.__name__, None,
+                           decode_all.__closure__)
+        own.__qualname__ = f"{decode_all.__qualname__}.{lay.name}"
+        kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(own)
     return kernel
 
 
@@ -2584,7 +2620,8 @@ def decode_chunks(h: Header, buf, chunks: range, out: np.ndarray) -> None:
     run(_decoder(lay), threads, _counters(1), mv, starts, ends, kinds, c0, h.chunk_size, h.numel, _freqs64(),
         out, errors, _limits(h))
     if int(kinds.max()) == KIND_SPARSE:
-        _sparse_chunks(mv, starts, ends, kinds, c0, h.chunk_size, h.numel, lay.itemsize, out, errors)
+        _layout_namespace(lay)["_sparse_chunks"](mv, starts, ends, kinds, c0, h.chunk_size, h.numel, lay.itemsize,
+                                                 out, errors)
     if errors.any():
         bad = np.flatnonzero(errors)
         i, code = chunks.start + int(bad[0]), int(errors[bad[0]])

@@ -1,7 +1,8 @@
 import os
+import shutil
 import subprocess
 import sys
-import warnings
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -11,15 +12,18 @@ settings.register_profile("thorough", max_examples=1000, deadline=None, suppress
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 _warming = None
+_claims = None
 
 
 def pytest_configure(config):
-    # numba compiles the kernels on first use (about two minutes on a fresh clone: one decoder per dtype,
-    # one encoder per word size) and caches them on disk: compile the decoders in a second process while
-    # this one compiles the encoders (see tests.helpers.warm), so a cold run pays about half
-    global _warming
-    _warming = subprocess.Popen([sys.executable, "-c", "from tests.helpers import warm; warm('decoders')"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # numba compiles the kernels on first use (three to four minutes on a fresh clone and 2 cores: one
+    # decoder per dtype, one encoder per word size) and caches them on disk: a second process compiles the
+    # decoders from the first dtype on while this one compiles the encoders, then the decoders the other
+    # has not claimed from the last dtype on (see tests.helpers.warm), so a cold run pays about half
+    global _warming, _claims
+    _claims = tempfile.mkdtemp(prefix="zipccl-warm-")
+    code = f"from tests.helpers import warm; warm('decoders', {_claims!r})"
+    _warming = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -28,21 +32,12 @@ def _compiled_kernels():
 
     try:
         warm("encoders")
-        failed = None
-    except Exception as e:  # noqa: BLE001 - reported below, then compiled again alone
-        failed = e
-    if _warming is not None:
-        try:
-            _warming.wait(timeout=600)
-        except subprocess.TimeoutExpired:             # the tests then compile what they need themselves
-            _warming.kill()
-    if failed is not None:
-        # twice (2026-12-04, 2026-12-05) this setup failed while the two processes compiled side by side
-        # and never on a rerun: numba's on-disk cache writes an index and a data file per function apart,
-        # and two processes saving the same function (the shared helpers) can interleave them
-        # (numba/numba#10128).  This is warm-up, not a test: say so, and compile again alone -- an error
-        # that is not that race fails the session here.
-        warnings.warn(f"compiling the encoders beside the decoders' warm-up failed ({failed!r}); compiling again",
-                      stacklevel=1)
-        warm("encoders")
+        warm("decoders", _claims, last_first=True)
+    finally:
+        if _warming is not None:
+            try:
+                _warming.wait(timeout=600)
+            except subprocess.TimeoutExpired:         # the tests then compile what they need themselves
+                _warming.kill()
+        shutil.rmtree(_claims, ignore_errors=True)
     yield

@@ -1,4 +1,6 @@
 """Shared test helpers: bit-exact comparison and value generators."""
+from __future__ import annotations
+
 import os
 
 import numpy as np
@@ -67,26 +69,38 @@ def make_values(dist: str, dtype: str, n: int, seed: int, log10_sigma: float = 0
         return x.astype(dt)
 
 
-def warm(part: str) -> None:
+def warm(part: str, claims: str | None = None, last_first: bool = False) -> None:
     """Compile (or load from numba's on-disk cache) one part of the numba kernels: ``"decoders"`` (one
     per supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them
-    side by side (conftest does, on a first run).  Their cache files are disjoint but for two small
-    helpers both use (``_tables``, ``_move``), which both compile for one and the same signature: numba
-    writes a function's index and data files apart, so two processes saving *different* signatures of
-    one function at once can leave an index naming the other's code (numba/numba#10128's kind of race);
-    the same signature saved twice is the same code.  (Until 2026-12-07 the decoders compiled
-    ``_tables`` for literal exponent widths, the encoders for int64.)"""
+    side by side (conftest does, on a first run).  No cache file is written by both parts, nor by two
+    dtypes' decoders: each layout's decoder calls copies of the helpers of its own
+    (codec._numba._layout_namespace).  That matters: numba writes a function's index and data files apart,
+    so two processes saving different signatures of one function at once can leave an index naming the
+    other's code (numba/numba#10128's kind of race; until 2026-12-07 both parts compiled ``_tables``).
+
+    ``claims``: a folder both processes share; a decoder is then compiled only by the process that claims
+    its dtype there first (a file created exclusively), so the two split the decoders between them.
+    ``last_first``: claim from the last dtype on (the process that compiled the encoders first takes the
+    decoders from the other end)."""
     import codec
 
     if part not in ("decoders", "encoders"):
         raise ValueError(f"unknown part {part!r}: decoders or encoders")
-    for lay in LAYOUTS:
+    for lay in (LAYOUTS[::-1] if last_first else LAYOUTS):
         x = (np.arange(40_000) % 251).astype(lay.uint).view(lay.numpy_dtype)
         x.view(lay.uint)[16384:32768] = np.where(np.arange(16384) % 1000 == 1, 5, 0).astype(lay.uint)  # SPARSE
-        if part == "decoders":
-            codec.decode(codec.encode(x, chunk_size=16384, backend="reference"), backend="numba")
-        else:
+        if part == "encoders":
             codec.encode(x, chunk_size=16384, backend="numba")
+        elif claims is None or _claim(claims, lay.name):
+            codec.decode(codec.encode(x, chunk_size=16384, backend="reference"), backend="numba")
+
+
+def _claim(folder: str, name: str) -> bool:
+    try:
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def interpret_triton_without_gpu() -> None:

@@ -1080,25 +1080,34 @@ def test_kernel_helpers_compile_once_per_word_type():
         assert_bit_equal(codec.decode(codec.encode(x, chunk_size=16384, backend="numba"), backend="numba"), x)
     helpers = {name: f for name, f in vars(_numba).items() if isinstance(f, CPUDispatcher)}
     assert {"_code_values", "_code_dense", "_prepare_scalar", "_values_dense", "_finish_chunk"} <= set(helpers)
+    for ns in list(_numba._NAMESPACES.values()):       # the decoders' helpers: each dtype's own copies
+        helpers.update((f.py_func.__qualname__, f) for f in ns.values()
+                       if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is ns)
+    assert any(name.startswith("_finish_chunk.") for name in helpers)
     twins = [(name, a, b) for name, f in helpers.items() for a, b in combinations(f.signatures, 2)
              if len(a) == len(b) and all(_same_compile(s, t) for s, t in zip(a, b))]
     assert not twins, (sorted({name for name, _, _ in twins}), twins[0])
 
 
-def test_helpers_both_warm_up_parts_compile_have_one_signature():
-    """tests.helpers.warm compiles the encoders and the decoders in two processes at once (conftest);
-    numba saves a function's index and data files apart, so the two saving *different* signatures of
-    one helper at once can leave an index naming the other's code.  The helpers both parts compile must
-    therefore have one signature: those compiled here and those in numba's on-disk index (which holds
-    what the other process saved; this process may have loaded the decoders whole from the cache).
-    Before 2026-12-07 ``_tables`` had four: int64 from the encoders, literal widths from the decoders."""
-    from codec import _numba
-    from tests.helpers import warm
+def test_warm_up_processes_share_no_kernel_cache_file():
+    """tests.helpers.warm compiles the encoders and, split between two processes, each dtype's decoder at
+    once (conftest); numba saves a function's index and data files apart, so two processes saving
+    *different* signatures of one function at once can leave an index naming the other's code.  So each
+    layout's decoder calls copies of the helpers of its own (codec._numba._layout_namespace): every numba
+    function its kernel can reach is named after the layout, so its cache files are the layout's own.
+    Before 2026-12-07 ``_tables`` was compiled by both parts (four signatures in one index) and every
+    decoder helper by every dtype's decoder."""
+    from numba.core.registry import CPUDispatcher
 
-    warm("encoders")
-    warm("decoders")
-    for name in ("_tables", "_move"):
-        f = getattr(_numba, name)
-        on_disk = {key[0] for key in f._cache._cache_file._load_index()}   # numba's index: {(sig, ...): file}
-        sigs = set(f.signatures) | on_disk
-        assert len(sigs) == 1, (name, sorted(map(str, sigs)))
+    from codec import _numba
+    from codec.layouts import LAYOUTS
+
+    for lay in LAYOUTS:
+        kernel = _numba._decoder(lay)
+        ns = kernel.py_func.__globals__
+        assert ns is _numba._layout_namespace(lay) and kernel.py_func.__qualname__.endswith("." + lay.name)
+        own = [f for f in ns.values() if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is ns]
+        assert {"_open_chunk", "_finish_chunk", "_tables", "_sparse_chunks"} <= {f.py_func.__name__ for f in own}
+        assert all(f.py_func.__qualname__.endswith("." + lay.name) for f in own)
+        shared = [f for f in ns.values() if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is not ns]
+        assert all(f.targetoptions.get("inline") == "always" for f in shared)    # inlined: no cache file
