@@ -2041,10 +2041,7 @@ def _open_chunk(buf, a, b, n, E, M, has_inf, freqs, prm, tab, x, limits):
         for s in range(N_SYMBOLS):
             cum[s + 1] = cum[s] + f[s]
     else:
-        # typed, not the literals _open_chunk is compiled for: the encoders call _tables with int64/bool, and
-        # one signature for both keeps the test suite's two warm-up processes (tests/helpers.warm) from saving
-        # different signatures of it to numba's on-disk cache at once (numba#10128: one could load the other's)
-        _tables(freqs, cb, ref, np.int64(E), np.bool_(has_inf), f, cum)
+        _tables(freqs, cb, ref, E, has_inf, f, cum)
     n_coded = n
     nbm = 0
     bs = 1
@@ -2563,21 +2560,30 @@ def _layout_namespace(lay: FloatLayout) -> dict:
     decode and compile as before; the machine code is the same."""
     ns = _NAMESPACES.get(lay.code)
     if ns is None:
-        from numba.core.registry import CPUDispatcher
-
-        here = globals()
-        ns = dict(here)
-        for name, f in here.items():
-            if not isinstance(f, CPUDispatcher) or f.py_func.__globals__ is not here:
-                continue            # (codec.format's _plane_width: inlined, and its globals are its module's)
-            py = f.py_func
-            g = FunctionType(py.__code__, ns, py.__name__, py.__defaults__, py.__closure__)
-            g.__qualname__ = f"{py.__qualname__}.{lay.name}"
-            g.__doc__ = py.__doc__
+        ns = dict(globals())
+        # (not codec.format's _plane_width: inlined, and its globals are its module's)
+        for name, f in own_functions(globals()).items():
             opts = {k: v for k, v in f.targetoptions.items() if k != "nopython"}
-            ns[name] = njit(cache=True, locals=f.locals, **opts)(g)
+            ns[name] = njit(cache=True, locals=f.locals, **opts)(_rebound(f.py_func, ns, lay.name))
         ns = _NAMESPACES.setdefault(lay.code, ns)       # (two threads' first decodes: one namespace wins)
     return ns
+
+
+def own_functions(space: dict) -> dict:
+    """The numba functions in ``space`` (this module's globals or a :func:`_layout_namespace`) whose globals
+    it is: those a layout's namespace has copies of."""
+    from numba.core.registry import CPUDispatcher
+
+    return {name: f for name, f in space.items() if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is space}
+
+
+def _rebound(py, ns: dict, tag: str):
+    """Python function ``py`` with globals ``ns`` and qualname ``<qualname>.<tag>`` (numba names its cache
+    files by qualname)."""
+    g = FunctionType(py.__code__, ns, py.__name__, py.__defaults__, py.__closure__)
+    g.__qualname__ = f"{py.__qualname__}.{tag}"
+    g.__doc__ = py.__doc__
+    return g
 
 
 def _decoder(lay: FloatLayout):
@@ -2596,9 +2602,7 @@ def _decoder(lay: FloatLayout):
                              freqs, out, errors, limits)
                 pair = fetch_add(ctl, 0, 1)
 
-        own = FunctionType(decode_all.__code__, _layout_namespace(lay), decode_all.__name__, None,
-                           decode_all.__closure__)
-        own.__qualname__ = f"{decode_all.__qualname__}.{lay.name}"
+        own = _rebound(decode_all, _layout_namespace(lay), lay.name)
         kernel = _DECODERS[lay.code] = njit(cache=True, nogil=True, **kernel_options())(own)
     return kernel
 

@@ -1081,8 +1081,7 @@ def test_kernel_helpers_compile_once_per_word_type():
     helpers = {name: f for name, f in vars(_numba).items() if isinstance(f, CPUDispatcher)}
     assert {"_code_values", "_code_dense", "_prepare_scalar", "_values_dense", "_finish_chunk"} <= set(helpers)
     for ns in list(_numba._NAMESPACES.values()):       # the decoders' helpers: each dtype's own copies
-        helpers.update((f.py_func.__qualname__, f) for f in ns.values()
-                       if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is ns)
+        helpers.update((f.py_func.__qualname__, f) for f in _numba.own_functions(ns).values())
     assert any(name.startswith("_finish_chunk.") for name in helpers)
     twins = [(name, a, b) for name, f in helpers.items() for a, b in combinations(f.signatures, 2)
              if len(a) == len(b) and all(_same_compile(s, t) for s, t in zip(a, b))]
@@ -1106,8 +1105,8 @@ def test_warm_up_processes_share_no_kernel_cache_file():
         kernel = _numba._decoder(lay)
         ns = kernel.py_func.__globals__
         assert ns is _numba._layout_namespace(lay) and kernel.py_func.__qualname__.endswith("." + lay.name)
-        own = [f for f in ns.values() if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is ns]
-        assert {"_open_chunk", "_finish_chunk", "_tables", "_sparse_chunks"} <= {f.py_func.__name__ for f in own}
-        assert all(f.py_func.__qualname__.endswith("." + lay.name) for f in own)
-        shared = [f for f in ns.values() if isinstance(f, CPUDispatcher) and f.py_func.__globals__ is not ns]
+        own = _numba.own_functions(ns)
+        assert {"_open_chunk", "_finish_chunk", "_tables", "_sparse_chunks"} <= set(own)
+        assert all(f.py_func.__qualname__.endswith("." + lay.name) for f in own.values())
+        shared = [f for name, f in ns.items() if isinstance(f, CPUDispatcher) and name not in own]
         assert all(f.targetoptions.get("inline") == "always" for f in shared)    # inlined: no cache file
