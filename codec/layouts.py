@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["FloatLayout", "LAYOUTS", "layout_for", "layout_by_code", "layout_named", "as_words", "is_torch", "BY_SAFETENSORS", "split", "join", "log2_magnitude", "SUPPORTED"]
@@ -110,6 +109,11 @@ BY_SAFETENSORS = {l.safetensors: l for l in LAYOUTS}
 def _numpy_dtype(name: str) -> np.dtype:
     if name in ("float16", "float32"):
         return np.dtype(name)
+    # imported where first needed: ml_dtypes 0.7 takes ~1.3 s to import (it registers its ufunc loops
+    # one by one, each checked against every loop before it), which ``import codec`` need not pay for
+    # torch tensors, the CLI's safetensors files or a process that only moves bytes
+    import ml_dtypes
+
     return np.dtype(getattr(ml_dtypes, name))
 
 

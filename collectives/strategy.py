@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -116,13 +115,18 @@ def measure_codec(x, reps: int = 5, out=None) -> tuple[float, float]:
     return x.nbytes / te, x.nbytes / td
 
 
+def _bf16() -> np.dtype:
+    """NumPy's bfloat16 (ml_dtypes, imported on first use: see codec.layouts)."""
+    return codec.layouts.layout_named("bfloat16").numpy_dtype
+
+
 @functools.cache
 def codec_throughput(reps: int = 5) -> tuple[float, float]:
     """(encode, decode) bytes of input per second on one idle core, measured once (:func:`measure_codec`
     of 4 MiB of bfloat16 Gaussian values; the cost model scales them by :func:`cores_per_rank`).  The
     fastest of ``reps``: one timing each made the 1 Gbit/s 32 MiB all-reduce flip between compressed and
     uncompressed from one run to the next."""
-    return measure_codec(np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(ml_dtypes.bfloat16), reps)
+    return measure_codec(np.random.default_rng(0).normal(0, 0.02, 1 << 21).astype(_bf16()), reps)
 
 
 @functools.cache
@@ -131,7 +135,7 @@ def codec_call_seconds(reps: int = 20) -> float:
     starting the kernel): those of 64 values, the fastest of ``reps``.  Throughput alone priced a
     64-value frame at nanoseconds, so a stream a few bytes shorter than the raw values (a compact head)
     made compression look free where each call costs tens of microseconds."""
-    x = np.random.default_rng(0).normal(0, 0.02, 64).astype(ml_dtypes.bfloat16)
+    x = np.random.default_rng(0).normal(0, 0.02, 64).astype(_bf16())
     codec.decode(codec.encode(x))
     best = float("inf")
     for _ in range(reps):
