@@ -17,7 +17,7 @@ for t in "${targets[@]}"; do
   cache=$(mktemp -d -t "zipccl-numba-$cpu.XXXXXX")
   echo "== numba kernels compiled for $cpu ($isa)"
   NUMBA_CPU_NAME=$cpu NUMBA_CPU_FEATURES="" NUMBA_CACHE_DIR=$cache ZIPCCL_EXPECT_ISA=$isa \
-    python -m pytest -q -p no:cacheprovider -m "not gpu" $TESTS
+    python -m pytest -q -n auto -p no:cacheprovider -m "not gpu" $TESTS
   rm -rf "$cache"
 done
 # on this host the kernels take the first variant of each knob its CPU can run (codec._simd.STREAM_MOVES:
@@ -33,7 +33,7 @@ for var, forms in (('ZIPCCL_STREAM_MOVES', s.STREAM_MOVE_FORMS), ('ZIPCCL_TABLE_
   if [ -n "$other" ]; then
     cache=$(mktemp -d -t "zipccl-numba-other.XXXXXX")
     echo "== numba kernels for this host, the other variants: $other"
-    env $other NUMBA_CACHE_DIR=$cache python -m pytest -q -p no:cacheprovider -m "not gpu" $TESTS
+    env $other NUMBA_CACHE_DIR=$cache python -m pytest -q -n auto -p no:cacheprovider -m "not gpu" $TESTS
     rm -rf "$cache"
   fi
 fi

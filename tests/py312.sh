@@ -18,8 +18,8 @@ fi
 dir=$(mktemp -d -t zipccl-py312.XXXXXX)
 "$py" -m venv "$dir/venv"
 "$dir/venv/bin/python" -m pip install -q --upgrade pip
-"$dir/venv/bin/python" -m pip install -q -e . pytest hypothesis scipy
+"$dir/venv/bin/python" -m pip install -q -e . pytest pytest-xdist hypothesis scipy
 echo "== $("$dir/venv/bin/python" --version): codec core tests"
-NUMBA_CACHE_DIR="$dir/numba" "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_golden.py \
+NUMBA_CACHE_DIR="$dir/numba" "$dir/venv/bin/python" -m pytest -q -n auto -p no:cacheprovider tests/test_golden.py \
   tests/test_bad_input.py tests/test_model.py tests/test_records.py tests/test_layers.py tests/test_simd.py
 rm -rf "$dir"
