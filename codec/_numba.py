@@ -34,7 +34,7 @@ from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
-                    pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS,
+                    pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS, _AVX2_ONLY,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     rans_encode_rounds,
                     stats16, stats_halves, fill16,
@@ -2459,11 +2459,12 @@ def _copy_chunk(buf, a, kind, n, itemsize, dst):
 
 @njit(cache=True, inline="always")
 def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf, freqs, out,
-                 errors, limits):
-    """Chunks ``2*pair`` and ``2*pair + 1``: the SIMD rounds of both alternate in one loop, so one
-    chunk's table gathers and multiplies fill the other's latency (1.7x faster than one chunk at a
-    time).  Inlined into a kernel per dtype, where ``itemsize``/``E``/``M`` are constants and only
-    that dtype's value assembly is compiled (fewer registers spilled in the round loop)."""
+                 errors, limits, paired):
+    """Chunks ``2*pair`` and ``2*pair + 1``: where ``paired`` (:func:`pair_rounds`) the SIMD rounds of both
+    alternate in one loop, so one chunk's table gathers and multiplies fill the other's latency (1.7x
+    faster than one chunk at a time), else one chunk's rounds, then the other's.  Inlined into a kernel
+    per dtype, where ``itemsize``/``E``/``M``/``paired`` are constants and only that dtype's value assembly
+    is compiled (fewer registers spilled in the round loop)."""
     n_chunks = len(kinds)
     prm = np.zeros((2, _N_PRM), np.int64)
     tab = _aligned(2 * _TAB_ROW, np.uint32).reshape(2, _TAB_ROW)
@@ -2518,7 +2519,7 @@ def _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, items
     wl1 = min(wend1, len(buf) - 2 * max(k1_, LANES))
     go0 = coded[0] and r0 < fast0 and wp0 <= wl0
     go1 = coded[1] and r1 < fast1 and wp1 <= wl1
-    while go0 and go1:
+    while paired and go0 and go1:
         wp0, d0, e0, kk0 = _fast_round(buf, t0, x0, s0, r0, wp0, d0, e0, kk0, k0_, dense0, vs0, pl0, nsm0,
                                            full0, rem0, sh0, ref0, em0, p0, E, M, o0, rk0)
         wp1, d1, e1, kk1 = _fast_round(buf, t1, x1, s1, r1, wp1, d1, e1, kk1, k1_, dense1, vs1, pl1, nsm1,
@@ -2586,12 +2587,24 @@ def _rebound(py, ns: dict, tag: str):
     return g
 
 
+def pair_rounds(lay: FloatLayout) -> bool:
+    """Whether ``lay``'s decoder alternates the SIMD rounds of two chunks (:func:`_decode_pair`), or decodes
+    one chunk at a time: the same bytes either way.  Alternating pays where the registers hold two chunks'
+    state (AVX-512: 32 registers of 16 lanes); on AVX2-only targets (16 registers of 8 lanes, so two per
+    16-lane vector) 2-byte dtypes decode faster one chunk at a time (measured on Zen 3, one thread,
+    alternating processes: fp16 +11-14 %, bf16 +6 % into a reused buffer), float32 slower (-13 %), so it
+    keeps the pairs, as do 1-byte dtypes (not measured).  tests/isa.sh's haswell build runs the single-chunk
+    kernels on any host; an AVX-512 or SSE2 build the paired ones."""
+    return not (_AVX2_ONLY and lay.itemsize == 2)
+
+
 def _decoder(lay: FloatLayout):
     """The parallel decode kernel of one layout, its constants baked in (compiled and cached per layout,
     from the layout's own copies of the helpers: :func:`_layout_namespace`)."""
     kernel = _DECODERS.get(lay.code)
     if kernel is None:
         itemsize, E, M, has_inf = lay.itemsize, lay.exp_bits, lay.man_bits, lay.has_inf
+        paired = pair_rounds(lay)       # (a closure constant: numba's cache key holds it)
 
         def decode_all(t, ctl, buf, starts, ends, kinds, first, chunk_size, numel, freqs, out, errors, limits):
             # every thread claims the next pair of chunks until none is left
@@ -2599,7 +2612,7 @@ def _decoder(lay: FloatLayout):
             pair = fetch_add(ctl, 0, 1)
             while pair < n_pairs:
                 _decode_pair(pair, buf, starts, ends, kinds, first, chunk_size, numel, itemsize, E, M, has_inf,
-                             freqs, out, errors, limits)
+                             freqs, out, errors, limits, paired)
                 pair = fetch_add(ctl, 0, 1)
 
         own = _rebound(decode_all, _layout_namespace(lay), lay.name)
