@@ -107,19 +107,70 @@ def usable_variants(options) -> list:
     return [name for name, need in options if need is None or need in feats]
 
 
-def _variant(env: str, options) -> str:
-    """A kernel variant: the first of :func:`usable_variants`; or the one the environment variable
-    ``env`` forces (tests and benchmarks: give that run a NUMBA_CACHE_DIR of its own, since numba's
-    cache key does not see this choice)."""
+def default_variant(usable: list, prefer=None) -> str:
+    """The variant a knob takes unless forced: ``prefer`` (a per-CPU choice, see
+    :func:`gathers_preferred`) where the target can run it, else the first usable one."""
+    return prefer if prefer in usable else usable[0]
+
+
+def other_variant(usable: list, chosen: str):
+    """The variant tests/isa.sh runs beside the chosen one: the last usable other one, or None."""
+    others = [v for v in usable if v != chosen]
+    return others[-1] if others else None
+
+
+def _variant(env: str, options, prefer=None) -> str:
+    """A kernel variant: :func:`default_variant`; or the one the environment variable ``env``
+    forces (tests and benchmarks: give that run a NUMBA_CACHE_DIR of its own, since numba's cache
+    key does not see this choice)."""
     import os
 
     usable = usable_variants(options)
     forced = os.environ.get(env)
     if forced is None:
-        return usable[0]
+        return default_variant(usable, prefer)
     if forced not in usable:
         raise ValueError(f"{env}={forced!r}: this compile target takes one of {', '.join(usable)}")
     return forced
+
+
+def gathers_preferred(vendor: str, gds_status) -> bool:
+    """Whether the table lookups should take vpgatherdd rather than permutes on a CPU of ``vendor``
+    (/proc/cpuinfo's vendor_id) whose kernel reports ``gds_status`` (the contents of
+    /sys/devices/system/cpu/vulnerabilities/gather_data_sampling, None where absent).
+
+    Measured (bench/results/lookups_*.md, ``python -m bench.variants --knob lookups``): on an Intel
+    Xeon with AVX-512 VBMI that the GDS ("Downfall") flaw does not affect, decoding through gathers
+    runs bf16/fp16 1.39x/1.45x faster than through permutes (Intel runs every cross-lane permute on
+    one port), encoding the same; on AMD Zen 5 the gathers are 1.4-1.9x slower (a 16-lane vpgatherdd
+    costs ~14 cycles).  Intel's microcode mitigation of GDS makes gathers several times slower, so
+    an Intel part takes them only where the kernel says the flaw is absent or left unmitigated;
+    anything unknown (other vendors, no report, a hypervisor-dependent one) keeps the permutes."""
+    if vendor != "GenuineIntel" or not gds_status:
+        return False
+    gds = gds_status.strip()
+    return gds == "Not affected" or gds.startswith("Vulnerable")
+
+
+def _host_gathers_preferred() -> bool:
+    """:func:`gathers_preferred` for this host; False when compiling for another CPU (NUMBA_CPU_NAME
+    or NUMBA_CPU_FEATURES set: the target's features alone decide)."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None or config.CPU_NAME:
+        return False
+    vendor, gds = "", None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    vendor = line.split(":", 1)[1].strip()
+                    break
+        with open("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling") as f:
+            gds = f.read()
+    except OSError:
+        pass
+    return gathers_preferred(vendor, gds)
 
 
 # How the encoder's round stores the flushed words to the shared stream.  "memory": the masked
@@ -140,9 +191,11 @@ STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", STREAM_MOVE_FORMS)
 # vpermi2b/vpermi2d/vpermi2pd -- on AMD Zen 5 a 16-lane vpgatherdd costs 14 cycles of throughput, a
 # permute about 1 (measured: bench/results/lookups_*.md, ``python -m bench.variants``).  The symbol
 # tables are then indexed by rank among the chunk's used symbols, so a chunk with more than
-# RANKED_SYMBOLS of them takes the gathers.  The same bytes either way; tests/isa.sh runs both.
+# RANKED_SYMBOLS of them takes the gathers.  Intel parts with fast gathers take the gathers even
+# where VBMI exists (:func:`gathers_preferred`).  The same bytes either way; tests/isa.sh runs both.
 TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("gather", None))
-TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS)
+TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS,
+                         prefer="gather" if _host_gathers_preferred() else None)
 PERMUTE = TABLE_LOOKUPS == "permute"
 # AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client cores): no gathers LLVM will emit there;
 # _lane_loads then does the lookups

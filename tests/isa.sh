@@ -20,16 +20,17 @@ for t in "${targets[@]}"; do
     python -m pytest -q -n auto -p no:cacheprovider -m "not gpu" $TESTS
   rm -rf "$cache"
 done
-# on this host the kernels take the first variant of each knob its CPU can run (codec._simd.STREAM_MOVES:
-# register forms with AVX-512 VBMI2, pshufb and vpermd shuffles with AVX2; TABLE_LOOKUPS: permutes with VBMI);
-# where that is not the last (the generic memory moves, gathers), the last once more here
+# on this host the kernels take one variant of each knob its CPU can run (codec._simd.STREAM_MOVES:
+# register forms with AVX-512 VBMI2, pshufb and vpermd shuffles with AVX2; TABLE_LOOKUPS: permutes with VBMI,
+# gathers on Intel parts with fast gathers); where the CPU can run others, the last of them once more here
 if [ $# -eq 0 ]; then
   other=$(python -c "
 from codec import _simd as s
-for var, forms in (('ZIPCCL_STREAM_MOVES', s.STREAM_MOVE_FORMS), ('ZIPCCL_TABLE_LOOKUPS', s.TABLE_LOOKUP_FORMS)):
-    usable = s.usable_variants(forms)
-    if len(usable) > 1:
-        print(f'{var}={usable[-1]}', end=' ')")
+for var, forms, chosen in (('ZIPCCL_STREAM_MOVES', s.STREAM_MOVE_FORMS, s.STREAM_MOVES),
+                           ('ZIPCCL_TABLE_LOOKUPS', s.TABLE_LOOKUP_FORMS, s.TABLE_LOOKUPS)):
+    alt = s.other_variant(s.usable_variants(forms), chosen)
+    if alt:
+        print(f'{var}={alt}', end=' ')")
   if [ -n "$other" ]; then
     cache=$(mktemp -d -t "zipccl-numba-other.XXXXXX")
     echo "== numba kernels for this host, the other variants: $other"

@@ -542,9 +542,39 @@ def test_stream_moves_compile_to_the_chosen_instructions():
         assert (register_form and not memory_form) if want == "register" else (memory_form and not register_form), want
 
 
+@pytest.mark.parametrize("vendor, gds, want", [
+    ("GenuineIntel", "Not affected\n", True),                 # Sapphire Rapids and later, client cores
+    ("GenuineIntel", "Vulnerable: No microcode\n", True),     # affected, microcode without the mitigation
+    ("GenuineIntel", "Vulnerable\n", True),                   # mitigation switched off
+    ("GenuineIntel", "Mitigation: Microcode\n", False),       # Ice Lake .. Tiger Lake with the mitigation
+    ("GenuineIntel", "Mitigation: Microcode (locked)\n", False),
+    ("GenuineIntel", "Unknown: Dependent on hypervisor status\n", False),
+    ("GenuineIntel", None, False),                            # kernel too old to report
+    ("AuthenticAMD", "Not affected\n", False),                # Zen 4/5: gathers slow, permutes fast
+    ("HygonGenuine", "Not affected\n", False),
+])
+def test_gathers_preferred_per_cpu(vendor, gds, want):
+    """Which CPUs take gathers for the table lookups although they have the permutes' VBMI."""
+    from codec import _simd
+
+    assert _simd.gathers_preferred(vendor, gds) is want
+    assert _simd.default_variant(["permute", "gather"], "gather" if want else None) == ("gather" if want else "permute")
+    assert _simd.default_variant(["gather"], "gather" if want else None) == "gather"
+
+
+def test_other_variant_is_one_the_target_runs_besides_the_chosen():
+    from codec import _simd
+
+    assert _simd.other_variant(["register", "shuffle", "memory"], "register") == "memory"
+    assert _simd.other_variant(["permute", "gather"], "gather") == "permute"
+    assert _simd.other_variant(["permute", "gather"], "permute") == "gather"
+    assert _simd.other_variant(["gather"], "gather") is None
+
+
 def test_table_lookups_compile_to_the_chosen_instructions():
     """The variant of the rounds' table lookups (codec._simd.TABLE_LOOKUPS) is the one the compile target
-    calls for (permutes with AVX-512 VBMI: a 16-lane gather costs about 14 cycles on AMD Zen 5), or the
+    calls for (permutes with AVX-512 VBMI: a 16-lane gather costs about 14 cycles on AMD Zen 5; gathers
+    on Intel parts whose gathers are fast, see test_gathers_preferred_per_cpu), or the
     one ZIPCCL_TABLE_LOOKUPS forces; the ranked encoder round and the windowed symbol lookup give the
     scalar results, and their compiled code uses permutes or gathers accordingly."""
     import os
@@ -557,7 +587,9 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     from codec.codebook import SYM_ESC, SYM_WINDOW0, WINDOW
 
     feats = _simd._target_features().split(",")
-    want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or ("permute" if "+avx512vbmi" in feats else "gather")
+    usable = ["permute", "gather"] if "+avx512vbmi" in feats else ["gather"]
+    prefer = "gather" if _simd._host_gathers_preferred() else None
+    want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or (prefer if prefer in usable else usable[0])
     assert _simd.TABLE_LOOKUPS == want
 
     @njit(cache=False)
