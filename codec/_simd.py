@@ -101,10 +101,11 @@ def _target_features() -> str:
 
 
 def usable_variants(options) -> list:
-    """The names of ``options`` ((name, CPU feature it needs or None), ... in order of preference)
-    the compile target can run."""
+    """The names of ``options`` ((name, CPU feature it needs, "!feature" it must lack, or None), ... in
+    order of preference) the compile target can run."""
     feats = _target_features().split(",")
-    return [name for name, need in options if need is None or need in feats]
+    return [name for name, need in options
+            if need is None or (need[1:] not in feats if need[0] == "!" else need in feats)]
 
 
 def default_variant(usable: list, prefer=None) -> str:
@@ -186,20 +187,24 @@ STREAM_MOVE_FORMS = (("register", "+avx512vbmi2"), ("shuffle", "+avx2"), ("memor
 STREAM_MOVES = _variant("ZIPCCL_STREAM_MOVES", STREAM_MOVE_FORMS)
 
 # How the rounds look up small per-chunk tables (symbol of a value, a symbol's frequency and
-# reciprocal, the decoder's slot table).  "gather": vpgatherdd/vpgatherqpd (scalar loads where there
-# is no gather).  "permute" (AVX-512 VBMI targets): the tables are held in registers and read with
+# reciprocal, the decoder's slot table).  "gather": the hardware gathers (vpgatherdd: on AVX-512 from
+# the generic llvm.masked.gather, on AVX2 from the x86 intrinsic, two 8-lane gathers, since LLVM
+# splits the generic one into scalar loads for CPUs it models as slow gatherers).  "loads" (targets
+# without AVX-512): 16 scalar loads (:func:`_lane_loads`; on Zen 3 no slower than vpgatherdd).
+# "permute" (AVX-512 VBMI targets): the tables are held in registers and read with
 # vpermi2b/vpermi2d/vpermi2pd -- on AMD Zen 5 a 16-lane vpgatherdd costs 14 cycles of throughput, a
 # permute about 1 (measured: bench/results/lookups_*.md, ``python -m bench.variants``).  The symbol
 # tables are then indexed by rank among the chunk's used symbols, so a chunk with more than
-# RANKED_SYMBOLS of them takes the gathers.  Intel parts with fast gathers take the gathers even
-# where VBMI exists (:func:`gathers_preferred`).  The same bytes either way; tests/isa.sh runs both.
-TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("gather", None))
+# RANKED_SYMBOLS of them takes the gathers.  Intel parts with fast gathers take the gathers where
+# they can (:func:`gathers_preferred`; on one, decode 1.4x faster than by permutes).  The same bytes
+# every way; tests/isa.sh runs the chosen and another one.
+TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("loads", "!+avx512f"), ("gather", "+avx2"))
 TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS,
                          prefer="gather" if _host_gathers_preferred() else None)
 PERMUTE = TABLE_LOOKUPS == "permute"
-# AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client cores): no gathers LLVM will emit there;
-# _lane_loads then does the lookups
 _FEATURES = _target_features().split(",")
+# AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client and E-cores): LLVM emits no gathers for the
+# generic intrinsic there; _lane_loads or the AVX2 intrinsic do the lookups
 _AVX2_ONLY = "+avx512f" not in _FEATURES and "+avx" in _FEATURES
 RANKED_SYMBOLS = 32
 
@@ -230,6 +235,8 @@ def _gather(builder, base, idx, elem, scale, step=None, paired=False):
     t = _vec(elem)
     step = elem if step is None else step
     if _AVX2_ONLY:
+        if TABLE_LOOKUPS == "gather" and elem is _I32:
+            return _avx2_gather(builder, base, idx, step)
         return _lane_loads(builder, base, idx, elem, step, paired)
     gep = ir.instructions.GEPInstr(builder.block, builder.bitcast(base, step.as_pointer()), [idx], False, "",
                                    source_etype=step)
@@ -240,6 +247,19 @@ def _gather(builder, base, idx, elem, scale, step=None, paired=False):
                   t, [ptr_t, _I32, _vec(_I1), t])
     ptrs = gep if step is elem else builder.bitcast(gep, ptr_t)
     return builder.call(fn, [ptrs, ir.Constant(_I32, scale), _splat(_I1, 1), ir.Constant(t, None)])
+
+
+def _avx2_gather(builder, base, idx, step):
+    """_gather of 32-bit entries by two 8-lane ``vpgatherdd`` (the AVX2 intrinsic: LLVM would split the
+    generic one into scalar loads), at ``base + idx[i] * sizeof(step)``."""
+    half = ir.VectorType(_I32, 8)
+    fn = _declare(builder, "llvm.x86.avx2.gather.d.d.256", half, [half, _I8.as_pointer(), half, half, _I8])
+    p = builder.bitcast(base, _I8.as_pointer())
+    scale = ir.Constant(_I8, step.width // 8)
+    parts = [builder.call(fn, [ir.Constant(half, None), p,
+                               builder.shuffle_vector(idx, idx, _const_vec(_I32, range(h, h + 8))),
+                               _splat(_I32, -1, 8), scale]) for h in (0, 8)]
+    return builder.shuffle_vector(parts[0], parts[1], _const_vec(_I32, range(LANES)))
 
 
 def _lane_loads(builder, base, idx, elem, step, paired=False):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The codec's tests with the numba kernels compiled for other x86-64 CPUs than this one:
-#   bash tests/isa.sh            # haswell (AVX2, no AVX-512) and x86-64 (SSE2 only); with AVX-512 VBMI/VBMI2
-#                                # here, this host again with the other stream-move and table-lookup variants
-#   bash tests/isa.sh haswell:avx2
+#   bash tests/isa.sh            # haswell (AVX2, no AVX-512) with scalar-load and with gather lookups, x86-64
+#                                # (SSE2 only); then this host again with its other stream-move / lookup variants
+#   bash tests/isa.sh haswell:avx2 haswell:avx2:gather     # CPU:ISA[:TABLE_LOOKUPS variant]
 # Each target gets its own numba cache (NUMBA_CPU_NAME with empty NUMBA_CPU_FEATURES: the named CPU's
 # features, not this host's); tests/test_simd.py checks from the compiled code that the target took.
 set -euo pipefail
@@ -10,13 +10,15 @@ cd "$(dirname "$0")/.."
 # (slow ones too: the fp8 byte-flip run is slow only for the README command)
 TESTS="tests/test_roundtrip.py tests/test_golden.py tests/test_simd.py tests/test_planes.py tests/test_bad_input.py"
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(haswell:avx2 x86-64:sse2)
+# (a named AVX2 target takes scalar loads for its table lookups, as an AVX2 host does unless it is an Intel
+# part with fast gathers, codec._simd.gathers_preferred: both forms run on every host)
+[ ${#targets[@]} -eq 0 ] && targets=(haswell:avx2 haswell:avx2:gather x86-64:sse2)
 for t in "${targets[@]}"; do
-  cpu=${t%%:*}
-  isa=${t##*:}
+  IFS=: read -r cpu isa lookups <<< "$t"
   cache=$(mktemp -d -t "zipccl-numba-$cpu.XXXXXX")
-  echo "== numba kernels compiled for $cpu ($isa)"
-  NUMBA_CPU_NAME=$cpu NUMBA_CPU_FEATURES="" NUMBA_CACHE_DIR=$cache ZIPCCL_EXPECT_ISA=$isa \
+  echo "== numba kernels compiled for $cpu ($isa${lookups:+, table lookups: $lookups})"
+  env ${lookups:+ZIPCCL_TABLE_LOOKUPS=$lookups} \
+    NUMBA_CPU_NAME=$cpu NUMBA_CPU_FEATURES="" NUMBA_CACHE_DIR=$cache ZIPCCL_EXPECT_ISA=$isa \
     python -m pytest -q -n auto -p no:cacheprovider -m "not gpu" $TESTS
   rm -rf "$cache"
 done

@@ -560,6 +560,7 @@ def test_gathers_preferred_per_cpu(vendor, gds, want):
     assert _simd.gathers_preferred(vendor, gds) is want
     assert _simd.default_variant(["permute", "gather"], "gather" if want else None) == ("gather" if want else "permute")
     assert _simd.default_variant(["gather"], "gather" if want else None) == "gather"
+    assert _simd.default_variant(["loads", "gather"], "gather" if want else None) == ("gather" if want else "loads")
 
 
 def test_other_variant_is_one_the_target_runs_besides_the_chosen():
@@ -569,6 +570,7 @@ def test_other_variant_is_one_the_target_runs_besides_the_chosen():
     assert _simd.other_variant(["permute", "gather"], "gather") == "permute"
     assert _simd.other_variant(["permute", "gather"], "permute") == "gather"
     assert _simd.other_variant(["gather"], "gather") is None
+    assert _simd.other_variant(["loads", "gather"], "loads") == "gather"
 
 
 def test_table_lookups_compile_to_the_chosen_instructions():
@@ -587,7 +589,9 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     from codec.codebook import SYM_ESC, SYM_WINDOW0, WINDOW
 
     feats = _simd._target_features().split(",")
-    usable = ["permute", "gather"] if "+avx512vbmi" in feats else ["gather"]
+    usable = (["permute", "gather"] if "+avx512vbmi" in feats else ["gather"] if "+avx512f" in feats
+              else ["loads", "gather"] if "+avx2" in feats else ["loads"])
+    assert _simd.usable_variants(_simd.TABLE_LOOKUP_FORMS) == usable
     prefer = "gather" if _simd._host_gathers_preferred() else None
     want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or (prefer if prefer in usable else usable[0])
     assert _simd.TABLE_LOOKUPS == want
@@ -635,13 +639,16 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     inside = (keys >= base) & (keys < base + 2 * WINDOW)
     expect = np.where(inside, symwin[np.clip(keys - base, 0, 127)], SYM_ESC)
     assert np.array_equal(got, expect) and n_esc == (expect == SYM_ESC).sum()
-    if platform.machine() not in ("x86_64", "AMD64") or "+avx512f" not in feats:
+    if platform.machine() not in ("x86_64", "AMD64") or "+avx2" not in feats:
         return
     for fn in (push, prepare):
         asm = next(iter(fn.inspect_asm().values()))
         permutes = re.search(r"vperm[it]2[bd]\s", asm)
         gathers = re.search(r"vp?gather", asm)
-        assert (permutes and not gathers) if want == "permute" else (gathers and not permutes), (fn, want)
+        if want == "permute":
+            assert permutes and not gathers, (fn, want)
+        else:                                   # "loads": scalar loads, no gather instruction
+            assert not permutes and bool(gathers) == (want == "gather"), (fn, want)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
