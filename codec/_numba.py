@@ -105,28 +105,32 @@ def _packed_nbytes(n, width):
 
 @njit(cache=True)
 def _sample_hist(w, n, step, E, M):
-    """codec.codebook.sample_histogram of ``w[:n:step]`` (two interleaved partial histograms: a run of
+    """codec.codebook.sample_histogram of ``w[:n:step]`` (four interleaved partial histograms: a run of
     equal bins does not wait on its own increments; branch-free bins), and the occupied bins other
     than +0's, in order: ``(hist, occupied, count)``."""
     nb = (2 << E) + 1
     emask = (1 << E) - 1
-    part = np.zeros((2, nb), np.int32)
-    half = step * 2
+    part = np.zeros((4, nb), np.int32)
     i = 0
-    while i + step < n:
+    while i + 3 * step < n:
         v0 = np.int64(w[i])
         v1 = np.int64(w[i + step])
+        v2 = np.int64(w[i + 2 * step])
+        v3 = np.int64(w[i + 3 * step])
         part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
         part[1, 2 * ((v1 >> M) & emask) + ((v1 >> (M - 1)) & 1) + (v1 == 0) * (nb - 1)] += 1
-        i += half
-    if i < n:
+        part[2, 2 * ((v2 >> M) & emask) + ((v2 >> (M - 1)) & 1) + (v2 == 0) * (nb - 1)] += 1
+        part[3, 2 * ((v3 >> M) & emask) + ((v3 >> (M - 1)) & 1) + (v3 == 0) * (nb - 1)] += 1
+        i += 4 * step
+    while i < n:
         v0 = np.int64(w[i])
         part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+        i += step
     hist = np.empty(nb, np.int64)
     occ = np.empty(nb, np.int64)
     k = 0
     for b in range(nb):
-        c = np.int64(part[0, b]) + part[1, b]
+        c = np.int64(part[0, b]) + part[1, b] + part[2, b] + part[3, b]
         hist[b] = c
         occ[k] = b
         k += (c > 0) & (b < nb - 1)
