@@ -274,7 +274,10 @@ def _kernel_build() -> str:
     import llvmlite.binding as ll
 
     return (f"kernels built for {config.CPU_NAME or ll.get_host_cpu_name()} ({isa}; stream moves: "
-            f"{_simd.STREAM_MOVES} forms; table lookups: {_simd.TABLE_LOOKUPS}s), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+            f"{_simd.STREAM_MOVES} forms; table lookups: {_LOOKUP_NAMES[_simd.TABLE_LOOKUPS]}), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+
+
+_LOOKUP_NAMES = {"permute": "permutes", "gather": "gathers", "loads": "scalar loads"}
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,9 @@
 """The numba kernels' variants side by side on this CPU: how the rounds read their small tables
-(codec._simd.TABLE_LOOKUPS: permutes or gathers) or move stream words (codec._simd.STREAM_MOVES:
-register forms of vpexpandw/vpcompressw, pshufb shuffles, or the generic memory forms); each knob
-runs every variant the CPU can (permutes need AVX-512 VBMI, register forms VBMI2, shuffles AVX2).
+(codec._simd.TABLE_LOOKUPS: permutes, gathers or scalar loads) or move stream words
+(codec._simd.STREAM_MOVES: register forms of vpexpandw/vpcompressw, pshufb shuffles, or the generic
+memory forms); each knob runs every variant the compile target can (permutes need AVX-512 VBMI, register
+forms VBMI2, shuffles and gathers AVX2, scalar loads a target without AVX-512; NUMBA_CPU_NAME=haswell
+NUMBA_CPU_FEATURES="" measures an AVX2 build's).
 
     python -m bench.variants --knob lookups [--rounds 3]
     python -m bench.variants --knob moves
