@@ -103,6 +103,12 @@ def _packed_nbytes(n, width):
     return n * (width // 8) + (n * (width % 8) + 7) // 8
 
 
+@njit(cache=True, inline="always")
+def _sample_bin(v, M, emask, nb):
+    """The sample histogram's bin of word ``v`` (int64): ``field << 1 | leading bit``, +0 in the last bin."""
+    return 2 * ((v >> M) & emask) + ((v >> (M - 1)) & 1) + (v == 0) * (nb - 1)
+
+
 @njit(cache=True)
 def _sample_hist(w, n, step, E, M):
     """codec.codebook.sample_histogram of ``w[:n:step]`` (four interleaved partial histograms: a run of
@@ -113,18 +119,17 @@ def _sample_hist(w, n, step, E, M):
     part = np.zeros((4, nb), np.int32)
     i = 0
     while i + 3 * step < n:
-        v0 = np.int64(w[i])
-        v1 = np.int64(w[i + step])
-        v2 = np.int64(w[i + 2 * step])
-        v3 = np.int64(w[i + 3 * step])
-        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
-        part[1, 2 * ((v1 >> M) & emask) + ((v1 >> (M - 1)) & 1) + (v1 == 0) * (nb - 1)] += 1
-        part[2, 2 * ((v2 >> M) & emask) + ((v2 >> (M - 1)) & 1) + (v2 == 0) * (nb - 1)] += 1
-        part[3, 2 * ((v3 >> M) & emask) + ((v3 >> (M - 1)) & 1) + (v3 == 0) * (nb - 1)] += 1
+        b0 = _sample_bin(np.int64(w[i]), M, emask, nb)
+        b1 = _sample_bin(np.int64(w[i + step]), M, emask, nb)
+        b2 = _sample_bin(np.int64(w[i + 2 * step]), M, emask, nb)
+        b3 = _sample_bin(np.int64(w[i + 3 * step]), M, emask, nb)
+        part[0, b0] += 1
+        part[1, b1] += 1
+        part[2, b2] += 1
+        part[3, b3] += 1
         i += 4 * step
     while i < n:
-        v0 = np.int64(w[i])
-        part[0, 2 * ((v0 >> M) & emask) + ((v0 >> (M - 1)) & 1) + (v0 == 0) * (nb - 1)] += 1
+        part[0, _sample_bin(np.int64(w[i]), M, emask, nb)] += 1
         i += step
     hist = np.empty(nb, np.int64)
     occ = np.empty(nb, np.int64)

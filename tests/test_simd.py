@@ -593,7 +593,7 @@ def test_table_lookups_compile_to_the_chosen_instructions():
               else ["loads", "gather"] if "+avx2" in feats else ["loads"])
     assert _simd.usable_variants(_simd.TABLE_LOOKUP_FORMS) == usable
     prefer = "gather" if _simd._host_gathers_preferred() else None
-    want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or (prefer if prefer in usable else usable[0])
+    want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or _simd.default_variant(usable, prefer)
     assert _simd.TABLE_LOOKUPS == want
 
     @njit(cache=False)
