@@ -33,7 +33,8 @@ from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYT
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
-                    RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros, fetch_add,
+                    RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros,
+                    encode_prepare32_window, PAIR, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS, _AVX2_ONLY,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     rans_encode_rounds,
@@ -696,7 +697,20 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
         if rem:
             _pack_fields(plane, full * n_sm, n_sm, rem)
     else:
-        for at in range(0, g16, LANES):
+        at0 = 0
+        if PERMUTE:                             # 16-bit words 32 at a time (-1: other words, done below)
+            for at in range(0, g16 - g16 % PAIR, PAIR):
+                c = encode_prepare32_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
+                if c < 0:
+                    break
+                for h in range(2):
+                    ch = (c >> (32 * h)) & 0xFFFFFFFF
+                    if ch:
+                        esc_groups[n_groups] = at + h * LANES
+                        n_groups += 1
+                        n_esc += ch
+                at0 = at + PAIR
+        for at in range(at0, g16, LANES):
             if PERMUTE:
                 c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
             else:

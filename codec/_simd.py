@@ -1103,6 +1103,65 @@ def encode_prepare16_window(typingctx, words, at, symwin, em, shift, sym, out, p
     return sig, codegen
 
 
+PAIR = 2 * LANES                # encode_prepare32_window's values a call
+
+
+@intrinsic
+def encode_prepare32_window(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base):
+    """:func:`encode_prepare16_window` for the 32 values ``words[at:at+32]`` of 16-bit words (bfloat16,
+    float16) at once, in 16-bit lanes: half the vector operations a value of two 16-value calls, whose
+    bytes it writes (PERMUTE targets; ``at`` a multiple of 8; ``full`` <= 1, as a 16-bit word's
+    residual has at most 11 bits).  Returns the escapes among values ``at .. at+15`` ``|`` those among
+    ``at+16 .. at+31`` ``<< 32``, or -1 (nothing done) for other words and on targets without permutes."""
+    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
+
+    def codegen(context, builder, signature, args):
+        st = signature.args
+        if st[0].dtype.bitwidth != 16 or not PERMUTE:
+            return ir.Constant(_I64, -1)
+        wa, atv, ta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv, basev = args
+        v16, v8 = ir.VectorType(_I16, PAIR), ir.VectorType(_I8, PAIR)
+        sp16 = lambda v: _splat(_I16, v, PAIR)  # noqa: E731
+        b16 = lambda v: _broadcast(builder, _I16, builder.trunc(v, _I16), PAIR)  # noqa: E731
+        one = ir.Constant(_I64, 1)
+        w = builder.load(_at(builder, _data(context, builder, st[0], wa), builder.shl(atv, one), v16), align=2)
+        e_s = builder.lshr(emv, ir.Constant(_I64, 8))
+        m_s = builder.and_(emv, ir.Constant(_I64, 0xFF))
+        m1 = builder.sub(m_s, one)
+        key = builder.and_(builder.lshr(w, b16(m1)),
+                           b16(builder.sub(builder.shl(ir.Constant(_I64, 2), e_s), one)))
+        j = builder.sub(key, b16(basev))
+        inside = builder.icmp_unsigned("<", j, sp16(2 * WINDOW))
+        wide = builder.shuffle_vector(builder.trunc(j, v8), ir.Constant(v8, None), _const_vec(_I32, list(range(PAIR)) * 2))
+        got = builder.shuffle_vector(_permute2(builder, "qi", _data(context, builder, st[2], ta), wide),
+                                     ir.Constant(ir.VectorType(_I8, 64), None), _const_vec(_I32, range(PAIR)))
+        s = builder.select(inside, got, _splat(_I8, SYM_ESC, PAIR))
+        builder.store(s, _at(builder, _data(context, builder, st[5], sa), atv, v8), align=1)
+        sh = b16(shiftv)
+        sign = builder.and_(builder.lshr(w, b16(builder.add(e_s, m_s))), sp16(1))
+        low = builder.and_(w, b16(builder.sub(builder.shl(one, m1), one)))
+        res = builder.or_(builder.shl(sign, builder.sub(b16(m1), sh)), builder.lshr(low, sh))
+        ob = _data(context, builder, st[6], oa)
+        with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, 0))):
+            builder.store(builder.trunc(res, v8), _at(builder, ob, builder.add(planev, atv), v8), align=1)
+        with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
+            fields = builder.and_(builder.lshr(res, b16(builder.shl(fullv, ir.Constant(_I64, 3)))),
+                                  b16(builder.sub(builder.shl(one, remv), one)))
+            w4 = _squeeze_fields(builder, builder.bitcast(builder.trunc(fields, v8), ir.VectorType(_I64, 4)), remv)
+            g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
+                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+            for g in range(4):
+                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
+                           builder.extract_element(w4, ir.Constant(_I32, g)))
+        esc = builder.bitcast(builder.icmp_unsigned("==", s, _splat(_I8, SYM_ESC, PAIR)), _I32)
+        ctpop = _declare(builder, "llvm.ctpop.i32", _I32, [_I32])
+        halves = [builder.zext(builder.call(ctpop, [h]), _I64)
+                  for h in (builder.and_(esc, ir.Constant(_I32, 0xFFFF)), builder.lshr(esc, ir.Constant(_I32, 16)))]
+        return builder.or_(halves[0], builder.shl(halves[1], ir.Constant(_I64, 32)))
+
+    return sig, codegen
+
+
 @intrinsic
 def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk, ent,
                            zero_ent):
@@ -1136,18 +1195,18 @@ def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, pl
 
 
 def _squeeze_fields(builder, w, remv):
-    """Two u64 lanes of 8 fields of ``rem`` bits, one per byte, squeezed into their low ``8 * rem`` bits
-    each (SWAR: the unused high bits of each byte go, then of each 16-bit and each 32-bit half): the
-    remainder plane's packing of 8 values."""
-    two = ir.VectorType(_I64, 2)
-    sp = lambda v: _broadcast2(builder, v)  # noqa: E731
+    """u64 lanes (two, or four) of 8 fields of ``rem`` bits, one per byte, squeezed into their low
+    ``8 * rem`` bits each (SWAR: the unused high bits of each byte go, then of each 16-bit and each
+    32-bit half): the remainder plane's packing of 8 values."""
+    two = w.type
+    sp = lambda v: _broadcast(builder, _I64, v, two.count)  # noqa: E731
     for width, lo_mask in ((8, 0x00FF00FF00FF00FF), (16, 0x0000FFFF0000FFFF)):
-        lo = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, lo_mask)] * 2))
-        hi = builder.and_(w, ir.Constant(two, [ir.Constant(_I64, ~lo_mask & (2**64 - 1))] * 2))
+        lo = builder.and_(w, _splat(_I64, lo_mask, two.count))
+        hi = builder.and_(w, _splat(_I64, ~lo_mask & (2**64 - 1), two.count))
         gap = builder.sub(ir.Constant(_I64, width), builder.mul(remv, ir.Constant(_I64, width // 8)))
         w = builder.or_(lo, builder.lshr(hi, sp(gap)))
-    return builder.or_(builder.and_(w, ir.Constant(two, [ir.Constant(_I64, 0xFFFFFFFF)] * 2)),
-                       builder.shl(builder.lshr(w, ir.Constant(two, [ir.Constant(_I64, 32)] * 2)),
+    return builder.or_(builder.and_(w, _splat(_I64, 0xFFFFFFFF, two.count)),
+                       builder.shl(builder.lshr(w, _splat(_I64, 32, two.count)),
                                    sp(builder.mul(remv, ir.Constant(_I64, 4)))))
 
 
@@ -1247,11 +1306,6 @@ def _prepare(context, builder, st, args, lookup, kkv=None, ent=None, zero_ent=No
     if kkv is None:
         return _popcount16(builder, esc)
     return builder.or_(_popcount16(builder, esc), builder.shl(_popcount16(builder, nonzero), ir.Constant(_I64, 32)))
-
-
-def _broadcast2(builder, scalar):
-    v = builder.insert_element(ir.Constant(ir.VectorType(_I64, 2), None), scalar, ir.Constant(_I32, 0))
-    return builder.insert_element(v, scalar, ir.Constant(_I32, 1))
 
 
 _QUOTIENT_BIAS = 0.375     # _divmod_f32's estimate, biased above the quotient: off by at most one, upwards

@@ -651,6 +651,62 @@ def test_table_lookups_compile_to_the_chosen_instructions():
             assert not permutes and bool(gathers) == (want == "gather"), (fn, want)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_prepare_of_32_values_writes_what_two_16_value_calls_write(dtype):
+    """encode_prepare32_window (16-bit words 32 at a time, in 16-bit lanes) against two
+    encode_prepare16_window calls: the same symbols, byte plane, packed remainder fields and escape
+    counts per half, for every plane shape a 16-bit word's residual takes, random words (keys inside,
+    below and above the window) and every escape position; -1 for 32-bit words."""
+    from numba import njit
+
+    from codec import _simd
+    from codec.codebook import SYM_ESC, SYM_WINDOW0, WINDOW
+
+    if not _simd.PERMUTE:
+        pytest.skip(f"the 32-value prepare runs with permutes only (this target's lookups: {_simd.TABLE_LOOKUPS})")
+
+    @njit(cache=False)
+    def pairs(words, m, symwin, em, shift, sym, plane, full, rem, base, counts):
+        for at in range(0, m, 32):
+            c = _simd.encode_prepare32_window(words, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
+            counts[at // 16], counts[at // 16 + 1] = c & 0xFFFFFFFF, c >> 32
+
+    @njit(cache=False)
+    def singles(words, m, symwin, em, shift, sym, plane, full, rem, base, counts):
+        for at in range(0, m, 16):
+            counts[at // 16] = _simd.encode_prepare16_window(words, at, symwin, em, shift, sym, plane, 0, m, full,
+                                                             rem, base)
+
+    lay = layout_for(np_dtype(dtype))
+    E, M = lay.exp_bits, lay.man_bits
+    rng = np.random.default_rng(_seed("prepare32", dtype))
+    m = 1024
+    for shift in range(M):
+        for sign in (0, 1):                    # the plane's width as the encoder sizes it: sign stored or not
+            width = M - 1 - shift + sign
+            full, rem = width // 8, width % 8
+            base = 2 * int(rng.integers(-WINDOW, 1 << E))          # 2 * (ref - WINDOW_LOW): may be < 0
+            symwin = np.full(128, SYM_ESC, np.uint8)
+            symwin[:2 * WINDOW] = np.where(rng.random(2 * WINDOW) < 0.9, SYM_WINDOW0 + np.arange(2 * WINDOW), SYM_ESC)
+            words = rng.integers(0, 1 << 16, m, dtype=np.uint16)
+            keys = base + rng.integers(-4, 2 * WINDOW + 4, m)          # mostly inside the window
+            words = np.where(rng.random(m) < 0.9, (keys % (2 << E)).astype(np.uint16) << (M - 1) |
+                             (words & ((1 << (M - 1)) - 1)) | (words & 0x8000), words).astype(np.uint16)
+            got = []
+            for fn in (pairs, singles):
+                sym, plane, counts = np.zeros(m + 16, np.uint8), np.zeros(2 * m + 64, np.uint8), np.zeros(m // 16, np.int64)
+                fn(words, m, symwin, (E << 8) | M, shift, sym, plane, full, rem, base, counts)
+                got.append((sym, plane, counts))
+            for a, b in zip(*got):
+                assert np.array_equal(a, b), (shift, sign)
+            assert got[0][2].sum() == (got[0][0][:m] == SYM_ESC).sum() > 0
+    wide = np.zeros(64, np.uint32)
+    one = njit(cache=False)(lambda w: _simd.encode_prepare32_window(w, 0, np.zeros(128, np.uint8), (8 << 8) | 23, 0,
+                                                                     np.zeros(64, np.uint8), np.zeros(256, np.uint8),
+                                                                     0, 32, 2, 7, 0))
+    assert one(wide) == -1
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_chunks_with_more_symbols_than_ranks_match_reference(dtype):
     """Chunks whose tables use more than RANKED_SYMBOLS symbols: up to ENCODE_RANKS the encoder's rounds read
