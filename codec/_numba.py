@@ -34,7 +34,7 @@ from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros,
-                    encode_prepare32_window, PAIR, fetch_add,
+                    encode_prepare32_window, encode_prepare32_zeros, PAIR, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS, _AVX2_ONLY,
                     PACK_CUM, PACK_F, rans_decode16, rans_decode16_values, rans_encode16, rans_encode16_packed, rans_encode16_ranked,
                     rans_encode_rounds,
@@ -672,7 +672,23 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
     vec_end = g16                               # values from here on were prepared one at a time
     if n_zero:
         kk = np.int64(0)        # (typed: a literal 0 would compile the helpers it reaches once more, for Literal[int])
-        for at in range(0, g16, LANES):
+        at0 = 0
+        if PERMUTE:                             # 16-bit words 32 at a time (-1: not here, done below)
+            for at in range(0, g16 - g16 % PAIR, PAIR):
+                if kk + PAIR > n_sm:
+                    break
+                c = encode_prepare32_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk)
+                if c < 0:
+                    break
+                kk += c >> 32
+                for h in range(2):
+                    ch = (c >> (16 * h)) & 0xFFFF
+                    if ch:
+                        esc_groups[n_groups] = at + h * LANES
+                        n_groups += 1
+                        n_esc += ch
+                at0 = at + PAIR
+        for at in range(at0, g16, LANES):
             if kk + LANES <= n_sm:
                 if PERMUTE:
                     c = encode_prepare16_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk,

@@ -1116,50 +1116,86 @@ def encode_prepare32_window(typingctx, words, at, symwin, em, shift, sym, out, p
     sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
 
     def codegen(context, builder, signature, args):
-        st = signature.args
-        if st[0].dtype.bitwidth != 16 or not PERMUTE:
+        return _prepare32(context, builder, signature.args, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def encode_prepare32_zeros(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk):
+    """:func:`encode_prepare16_zeros` (with permutes) for the 32 values ``words[at:at+32]`` of 16-bit words, as
+    :func:`encode_prepare32_window` for a dense chunk: the residuals of the non-+0 values go to plane
+    indices ``kk, kk+1, ...`` (a 32-byte store each plane: the caller keeps ``kk + 32 <= n_sm``), the
+    remainder fields a byte each.  Returns the escapes among values ``at .. at+15`` ``|`` those among
+    ``at+16 .. at+31`` ``<< 16`` ``|`` the residuals written ``<< 32``; -1 (nothing done) for other words,
+    and on targets without permutes or the register form of vpcompressw (VBMI2)."""
+    sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base, kk)
+
+    def codegen(context, builder, signature, args):
+        if STREAM_MOVES != "register":
             return ir.Constant(_I64, -1)
-        wa, atv, ta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv, basev = args
-        v16, v8 = ir.VectorType(_I16, PAIR), ir.VectorType(_I8, PAIR)
-        sp16 = lambda v: _splat(_I16, v, PAIR)  # noqa: E731
-        b16 = lambda v: _broadcast(builder, _I16, builder.trunc(v, _I16), PAIR)  # noqa: E731
-        one = ir.Constant(_I64, 1)
-        w = builder.load(_at(builder, _data(context, builder, st[0], wa), builder.shl(atv, one), v16), align=2)
-        e_s = builder.lshr(emv, ir.Constant(_I64, 8))
-        m_s = builder.and_(emv, ir.Constant(_I64, 0xFF))
-        m1 = builder.sub(m_s, one)
-        key = builder.and_(builder.lshr(w, b16(m1)),
-                           b16(builder.sub(builder.shl(ir.Constant(_I64, 2), e_s), one)))
-        j = builder.sub(key, b16(basev))
-        inside = builder.icmp_unsigned("<", j, sp16(2 * WINDOW))
-        wide = builder.shuffle_vector(builder.trunc(j, v8), ir.Constant(v8, None), _const_vec(_I32, list(range(PAIR)) * 2))
-        got = builder.shuffle_vector(_permute2(builder, "qi", _data(context, builder, st[2], ta), wide),
-                                     ir.Constant(ir.VectorType(_I8, 64), None), _const_vec(_I32, range(PAIR)))
-        s = builder.select(inside, got, _splat(_I8, SYM_ESC, PAIR))
-        builder.store(s, _at(builder, _data(context, builder, st[5], sa), atv, v8), align=1)
-        sh = b16(shiftv)
-        sign = builder.and_(builder.lshr(w, b16(builder.add(e_s, m_s))), sp16(1))
-        low = builder.and_(w, b16(builder.sub(builder.shl(one, m1), one)))
-        res = builder.or_(builder.shl(sign, builder.sub(b16(m1), sh)), builder.lshr(low, sh))
-        ob = _data(context, builder, st[6], oa)
-        with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, 0))):
-            builder.store(builder.trunc(res, v8), _at(builder, ob, builder.add(planev, atv), v8), align=1)
-        with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
-            fields = builder.and_(builder.lshr(res, b16(builder.shl(fullv, ir.Constant(_I64, 3)))),
-                                  b16(builder.sub(builder.shl(one, remv), one)))
-            w4 = _squeeze_fields(builder, builder.bitcast(builder.trunc(fields, v8), ir.VectorType(_I64, 4)), remv)
-            g0 = builder.add(builder.add(planev, builder.mul(nsmv, fullv)),
-                             builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+        return _prepare32(context, builder, signature.args, args[:12], kkv=args[12])
+
+    return sig, codegen
+
+
+def _prepare32(context, builder, st, args, kkv=None):
+    """encode_prepare32_window's body (``kkv``: encode_prepare32_zeros', the plane index of the first
+    residual)."""
+    if st[0].dtype.bitwidth != 16 or not PERMUTE:
+        return ir.Constant(_I64, -1)
+    wa, atv, ta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv, basev = args
+    v16, v8 = ir.VectorType(_I16, PAIR), ir.VectorType(_I8, PAIR)
+    sp16 = lambda v: _splat(_I16, v, PAIR)  # noqa: E731
+    b16 = lambda v: _broadcast(builder, _I16, builder.trunc(v, _I16), PAIR)  # noqa: E731
+    one = ir.Constant(_I64, 1)
+    w = builder.load(_at(builder, _data(context, builder, st[0], wa), builder.shl(atv, one), v16), align=2)
+    e_s = builder.lshr(emv, ir.Constant(_I64, 8))
+    m_s = builder.and_(emv, ir.Constant(_I64, 0xFF))
+    m1 = builder.sub(m_s, one)
+    key = builder.and_(builder.lshr(w, b16(m1)), b16(builder.sub(builder.shl(ir.Constant(_I64, 2), e_s), one)))
+    j = builder.sub(key, b16(basev))
+    inside = builder.icmp_unsigned("<", j, sp16(2 * WINDOW))
+    wide = builder.shuffle_vector(builder.trunc(j, v8), ir.Constant(v8, None), _const_vec(_I32, list(range(PAIR)) * 2))
+    got = builder.shuffle_vector(_permute2(builder, "qi", _data(context, builder, st[2], ta), wide),
+                                 ir.Constant(ir.VectorType(_I8, 64), None), _const_vec(_I32, range(PAIR)))
+    s = builder.select(inside, got, _splat(_I8, SYM_ESC, PAIR))
+    pos = atv
+    if kkv is not None:
+        nonzero = builder.icmp_unsigned("!=", w, sp16(0))
+        s = builder.select(nonzero, s, _splat(_I8, SYM_ZERO, PAIR))
+        pos = kkv
+    builder.store(s, _at(builder, _data(context, builder, st[5], sa), atv, v8), align=1)
+    sh = b16(shiftv)
+    sign = builder.and_(builder.lshr(w, b16(builder.add(e_s, m_s))), sp16(1))
+    low = builder.and_(w, b16(builder.sub(builder.shl(one, m1), one)))
+    res = builder.or_(builder.shl(sign, builder.sub(b16(m1), sh)), builder.lshr(low, sh))
+    if kkv is not None:                       # vpcompressw, register form
+        fn = _declare(builder, f"llvm.x86.avx512.mask.compress.v{PAIR}i16", v16, [v16, v16, ir.VectorType(_I1, PAIR)])
+        res = builder.call(fn, [res, sp16(0), nonzero])
+    ob = _data(context, builder, st[6], oa)
+    with builder.if_then(builder.icmp_signed(">", fullv, ir.Constant(_I64, 0))):
+        builder.store(builder.trunc(res, v8), _at(builder, ob, builder.add(planev, pos), v8), align=1)
+    with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
+        fields = builder.trunc(builder.and_(builder.lshr(res, b16(builder.shl(fullv, ir.Constant(_I64, 3)))),
+                                            b16(builder.sub(builder.shl(one, remv), one))), v8)
+        remstart = builder.add(planev, builder.mul(nsmv, fullv))
+        if kkv is None:
+            w4 = _squeeze_fields(builder, builder.bitcast(fields, ir.VectorType(_I64, 4)), remv)
+            g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
             for g in range(4):
                 _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
                            builder.extract_element(w4, ir.Constant(_I32, g)))
-        esc = builder.bitcast(builder.icmp_unsigned("==", s, _splat(_I8, SYM_ESC, PAIR)), _I32)
-        ctpop = _declare(builder, "llvm.ctpop.i32", _I32, [_I32])
-        halves = [builder.zext(builder.call(ctpop, [h]), _I64)
-                  for h in (builder.and_(esc, ir.Constant(_I32, 0xFFFF)), builder.lshr(esc, ir.Constant(_I32, 16)))]
-        return builder.or_(halves[0], builder.shl(halves[1], ir.Constant(_I64, 32)))
-
-    return sig, codegen
+        else:                                 # a byte a field, packed in place later (pack_fields16)
+            builder.store(fields, _at(builder, ob, builder.add(remstart, kkv), v8), align=1)
+    esc = builder.bitcast(builder.icmp_unsigned("==", s, _splat(_I8, SYM_ESC, PAIR)), _I32)
+    ctpop = _declare(builder, "llvm.ctpop.i32", _I32, [_I32])
+    count = lambda bits: builder.zext(builder.call(ctpop, [bits]), _I64)  # noqa: E731
+    lo, hi = count(builder.and_(esc, ir.Constant(_I32, 0xFFFF))), count(builder.lshr(esc, ir.Constant(_I32, 16)))
+    if kkv is None:
+        return builder.or_(lo, builder.shl(hi, ir.Constant(_I64, 32)))
+    n = count(builder.bitcast(nonzero, _I32))
+    return builder.or_(builder.or_(lo, builder.shl(hi, ir.Constant(_I64, 16))), builder.shl(n, ir.Constant(_I64, 32)))
 
 
 @intrinsic

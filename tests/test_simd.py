@@ -656,7 +656,8 @@ def test_prepare_of_32_values_writes_what_two_16_value_calls_write(dtype):
     """encode_prepare32_window (16-bit words 32 at a time, in 16-bit lanes) against two
     encode_prepare16_window calls: the same symbols, byte plane, packed remainder fields and escape
     counts per half, for every plane shape a 16-bit word's residual takes, random words (keys inside,
-    below and above the window) and every escape position; -1 for 32-bit words."""
+    below and above the window) and every escape position; -1 for 32-bit words.  Likewise
+    encode_prepare32_zeros against encode_prepare16_zeros (with +0 values: residuals compressed)."""
     from numba import njit
 
     from codec import _simd
@@ -705,6 +706,51 @@ def test_prepare_of_32_values_writes_what_two_16_value_calls_write(dtype):
                                                                      np.zeros(64, np.uint8), np.zeros(256, np.uint8),
                                                                      0, 32, 2, 7, 0))
     assert one(wide) == -1
+    # chunks with +0 (ZERO symbols, no residual): the residuals compressed to plane indices kk, kk+1, ...
+    @njit(cache=False)
+    def zero_pairs(words, m, symwin, em, shift, sym, plane, n_sm, full, rem, base, counts):
+        kk = 0
+        for at in range(0, m, 32):
+            if kk + 32 > n_sm:
+                return kk, at
+            c = _simd.encode_prepare32_zeros(words, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk)
+            if c < 0:
+                return -1, at
+            counts[at // 16], counts[at // 16 + 1] = c & 0xFFFF, c >> 16 & 0xFFFF
+            kk += c >> 32
+        return kk, m
+
+    @njit(cache=False)
+    def zero_singles(words, end, symwin, em, shift, sym, plane, n_sm, full, rem, base, counts):
+        kk = 0
+        ent = np.zeros(32, np.uint32)
+        for at in range(0, end, 16):
+            c = _simd.encode_prepare16_zeros(words, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk,
+                                             ent, 0)
+            counts[at // 16] = c & 0xFFFFFFFF
+            kk += c >> 32
+        return kk
+
+    if _simd.STREAM_MOVES != "register":
+        return
+    for shift in range(0, M, 2):
+        width = M - 1 - shift + 1
+        full, rem = width // 8, width % 8
+        words = rng.integers(0, 1 << 16, m, dtype=np.uint16)
+        words[rng.random(m) < 0.3] = 0
+        words[64:96] = 0                                   # a pair with no residual at all
+        n_sm = int((words != 0).sum())
+        got = []
+        for fn in (zero_pairs, zero_singles):
+            sym, plane, counts = np.zeros(m + 16, np.uint8), np.zeros(2 * n_sm + 64, np.uint8), np.zeros(m // 16, np.int64)
+            if fn is zero_pairs:
+                kk, end = fn(words, m, symwin, (E << 8) | M, shift, sym, plane, n_sm, full, rem, base, counts)
+            else:
+                kk = fn(words, end, symwin, (E << 8) | M, shift, sym, plane, n_sm, full, rem, base, counts)
+            got.append((kk, sym[:end], counts[:end // 16], plane[:kk], plane[full * n_sm:full * n_sm + kk]))
+        assert got[0][0] > n_sm - 64
+        for a, b in zip(*got):
+            assert np.array_equal(a, b), shift
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
