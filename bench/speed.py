@@ -273,8 +273,11 @@ def _kernel_build() -> str:
         (" VBMI2" if "+avx512vbmi2" in feats else "")
     import llvmlite.binding as ll
 
+    lookups = _LOOKUP_NAMES[_simd.TABLE_LOOKUPS]
+    if _simd.ENCODE_LOOKUPS != _simd.TABLE_LOOKUPS:
+        lookups = f"{lookups} to decode, {_LOOKUP_NAMES[_simd.ENCODE_LOOKUPS]} to encode"
     return (f"kernels built for {config.CPU_NAME or ll.get_host_cpu_name()} ({isa}; stream moves: "
-            f"{_simd.STREAM_MOVES} forms; table lookups: {_LOOKUP_NAMES[_simd.TABLE_LOOKUPS]}), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
+            f"{_simd.STREAM_MOVES} forms; table lookups: {lookups}), numba {numba.__version__}, llvmlite {llvmlite.__version__}")
 
 
 _LOOKUP_NAMES = {"permute": "permutes", "gather": "gathers", "loads": "scalar loads"}

@@ -32,7 +32,7 @@ from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYT
                      zero_block_modes)
 from .layouts import FloatLayout
 from ._threads import get_num_threads, kernel_options, run
-from ._simd import (LANES, PERMUTE, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
+from ._simd import (LANES, PERMUTE, ENCODE_PERMUTE, ENCODE_LOOKUPS, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros,
                     encode_prepare32_window, encode_prepare32_zeros, PAIR, fetch_add,
                     pack_fields16, prefetch, STREAM_MOVES, TABLE_LOOKUPS, _AVX2_ONLY,
@@ -521,7 +521,7 @@ def _push_masked(x, sym, ent, at, rk, ftab_r, inv_r, ftab, wbuf, pos, ranked, la
     chunk's rounds use (chunks of 16 or 32 lanes run theirs in one call: codec._simd.rans_encode_rounds)."""
     if ranked:
         return rans_encode16_ranked(x, 0, sym, at, rk, ftab_r, inv_r, wbuf, pos, lanes)
-    if not PERMUTE:
+    if not ENCODE_PERMUTE:
         return rans_encode16_packed(x, 0, ent, at, wbuf, pos, lanes)
     return rans_encode16(x, 0, sym, at, ftab, wbuf, pos, lanes)
 
@@ -562,7 +562,7 @@ def _rans_rounds(x, sym, ent, m, k, f, cum, wbuf, fixed, limit, ahead):
             n_used += 1
     # the rounds' table form: ranks in tables of 32 or 64 (permutes), else 0: by symbol (codec._simd)
     ranks = 0
-    if PERMUTE and n_used <= ENCODE_RANKS:
+    if ENCODE_PERMUTE and n_used <= ENCODE_RANKS:
         ranks = 32 if n_used <= 32 else ENCODE_RANKS
     ranked = ranks == 32
     cap = len(wbuf)
@@ -638,7 +638,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
     packsym = np.empty(N_SYMBOLS, np.uint32)
     for t in range(N_SYMBOLS):
         packsym[t] = t | (f[t] << PACK_F) | ((cum[t] & 0xFFF) << PACK_CUM)
-    if PERMUTE:
+    if ENCODE_PERMUTE:
         packtab = np.empty(0, np.uint32)
         packwin = np.empty(0, np.uint32)
         ent = np.empty(0, np.uint32)
@@ -673,7 +673,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
     if n_zero:
         kk = np.int64(0)        # (typed: a literal 0 would compile the helpers it reaches once more, for Literal[int])
         at0 = 0
-        if PERMUTE:                             # 16-bit words 32 at a time (-1: not here, done below)
+        if ENCODE_PERMUTE:                             # 16-bit words 32 at a time (-1: not here, done below)
             for at in range(0, g16 - g16 % PAIR, PAIR):
                 if kk + PAIR > n_sm:
                     break
@@ -690,7 +690,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
                 at0 = at + PAIR
         for at in range(at0, g16, LANES):
             if kk + LANES <= n_sm:
-                if PERMUTE:
+                if ENCODE_PERMUTE:
                     c = encode_prepare16_zeros(vals, at, symwin, em, shift, sym, plane, 0, n_sm, full, rem, base, kk,
                                                ent, 0)
                 else:
@@ -714,7 +714,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
             _pack_fields(plane, full * n_sm, n_sm, rem)
     else:
         at0 = 0
-        if PERMUTE:                             # 16-bit words 32 at a time (-1: other words, done below)
+        if ENCODE_PERMUTE:                             # 16-bit words 32 at a time (-1: other words, done below)
             for at in range(0, g16 - g16 % PAIR, PAIR):
                 c = encode_prepare32_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
                 if c < 0:
@@ -727,7 +727,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
                         n_esc += ch
                 at0 = at + PAIR
         for at in range(at0, g16, LANES):
-            if PERMUTE:
+            if ENCODE_PERMUTE:
                 c = encode_prepare16_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
             else:
                 c = encode_prepare16(vals, at, packtab, em, shift, sym, plane, 0, m, full, rem, ent)
@@ -763,7 +763,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
             esc_groups[n_groups] = g16
             n_groups += 1
             n_esc += tail_esc
-    if not PERMUTE:
+    if not ENCODE_PERMUTE:
         for i in range(vec_end, m):
             ent[i] = packsym[sym[i]]
     x = _private(k, RANS_L, np.uint32)
@@ -2795,7 +2795,7 @@ def _kernel_stamp() -> str:
     import hashlib
     import os
 
-    h = hashlib.sha256(f"{STREAM_MOVES},{TABLE_LOOKUPS}".encode())
+    h = hashlib.sha256(f"{STREAM_MOVES},{TABLE_LOOKUPS},{ENCODE_LOOKUPS}".encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for name in _KERNEL_SOURCES:
         with open(os.path.join(here, name), "rb") as f:

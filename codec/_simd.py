@@ -202,6 +202,29 @@ TABLE_LOOKUP_FORMS = (("permute", "+avx512vbmi"), ("loads", "!+avx512f"), ("gath
 TABLE_LOOKUPS = _variant("ZIPCCL_TABLE_LOOKUPS", TABLE_LOOKUP_FORMS,
                          prefer="gather" if _host_gathers_preferred() else None)
 PERMUTE = TABLE_LOOKUPS == "permute"
+
+
+def _encode_lookups() -> str:
+    """The encoder's table lookups: permutes wherever the target has them, whichever the decoder takes
+    -- the per-CPU preference for gathers is the decoder's (on the Intel Xeon of
+    bench/results/lookups_intel-*.md both variants encoded at the same speed, and the permute path's
+    prepare pass has since halved: encode_prepare32_window); else the decoder's variant.
+    ZIPCCL_TABLE_LOOKUPS forces both; ZIPCCL_ENCODE_LOOKUPS the encoder's alone ("permute" or the
+    decoder's variant)."""
+    import os
+
+    usable = usable_variants(TABLE_LOOKUP_FORMS)
+    forced = os.environ.get("ZIPCCL_ENCODE_LOOKUPS")
+    if forced is None:
+        return "permute" if "permute" in usable and "ZIPCCL_TABLE_LOOKUPS" not in os.environ else TABLE_LOOKUPS
+    if forced not in usable or forced not in ("permute", TABLE_LOOKUPS):
+        raise ValueError(f"ZIPCCL_ENCODE_LOOKUPS={forced!r}: the encoder takes permutes (where the target has "
+                         f"them) or the decoder's lookups ({TABLE_LOOKUPS})")
+    return forced
+
+
+ENCODE_LOOKUPS = _encode_lookups()
+ENCODE_PERMUTE = ENCODE_LOOKUPS == "permute"
 _FEATURES = _target_features().split(",")
 # AVX/AVX2 without AVX-512 (Haswell..Zen 3, Intel client and E-cores): LLVM emits no gathers for the
 # generic intrinsic there; _lane_loads or the AVX2 intrinsic do the lookups
@@ -327,8 +350,8 @@ ENCODE_RANKS = 2 * 32           # the encoder's ranked tables: chunks of up to 6
 def _ranked_lookup(builder, rk, ftab, inv, s, ranks=32):
     """(``ftab[rank]``, ``inv[rank]``) for symbols ``s`` (i32 lanes), rank = ``rk[s]``; ``rk``: 128 bytes,
     ``ftab``: ``ranks`` u32, ``inv``: ``ranks`` f32 reciprocals (i8* each); ``ranks`` 32, or 64 (each table
-    read as two rows of 32, by two permutes and a select).  Permutes on PERMUTE targets, else gathers."""
-    if not PERMUTE:
+    read as two rows of 32, by two permutes and a select).  Permutes on ENCODE_PERMUTE targets, else gathers."""
+    if not ENCODE_PERMUTE:
         r = _gather_bytes(builder, rk, s)                      # rk has 128 bytes: symbols < 82
         return _gather(builder, ftab, r, _I32, 4), builder.bitcast(_gather(builder, inv, r, _I32, 4), _vec(ir.FloatType()))
     r = builder.zext(_bytes_lookup(builder, rk, builder.trunc(s, _vec(_I8))), _vec(_I32))
@@ -1094,7 +1117,7 @@ def encode_prepare16(typingctx, words, at, packtab, em, shift, sym, out, plane, 
 def encode_prepare16_window(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base):
     """:func:`encode_prepare16` with the symbol table given as its window: ``symwin`` (128 u8) holds the
     symbol of keys ``base .. base+79`` (``base = 2 * (ref - WINDOW_LOW)``: the window's fields), every
-    other key is ESC; read by a permute on PERMUTE targets."""
+    other key is ESC; read by a permute on ENCODE_PERMUTE targets."""
     sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
 
     def codegen(context, builder, signature, args):
@@ -1110,7 +1133,7 @@ PAIR = 2 * LANES                # encode_prepare32_window's values a call
 def encode_prepare32_window(typingctx, words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base):
     """:func:`encode_prepare16_window` for the 32 values ``words[at:at+32]`` of 16-bit words (bfloat16,
     float16) at once, in 16-bit lanes: half the vector operations a value of two 16-value calls, whose
-    bytes it writes (PERMUTE targets; ``at`` a multiple of 8; ``full`` <= 1, as a 16-bit word's
+    bytes it writes (ENCODE_PERMUTE targets; ``at`` a multiple of 8; ``full`` <= 1, as a 16-bit word's
     residual has at most 11 bits).  Returns the escapes among values ``at .. at+15`` ``|`` those among
     ``at+16 .. at+31`` ``<< 32``, or -1 (nothing done) for other words and on targets without permutes."""
     sig = types.int64(words, at, symwin, em, shift, sym, out, plane, n_sm, full, rem, base)
@@ -1142,7 +1165,7 @@ def encode_prepare32_zeros(typingctx, words, at, symwin, em, shift, sym, out, pl
 def _prepare32(context, builder, st, args, kkv=None):
     """encode_prepare32_window's body (``kkv``: encode_prepare32_zeros', the plane index of the first
     residual)."""
-    if st[0].dtype.bitwidth != 16 or not PERMUTE:
+    if st[0].dtype.bitwidth != 16 or not ENCODE_PERMUTE:
         return ir.Constant(_I64, -1)
     wa, atv, ta, emv, shiftv, sa, oa, planev, nsmv, fullv, remv, basev = args
     v16, v8 = ir.VectorType(_I16, PAIR), ir.VectorType(_I8, PAIR)
@@ -1214,7 +1237,7 @@ def encode_prepare16_zeros(typingctx, words, at, symwin, em, shift, sym, out, pl
 
     def codegen(context, builder, signature, args):
         st = signature.args
-        if PERMUTE:
+        if ENCODE_PERMUTE:
             return _prepare(context, builder, st, args[:11], _window_lookup(context, builder, st, args), kkv=args[12])
         tp = _data(context, builder, st[2], args[2])
         basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
@@ -1269,14 +1292,14 @@ def pack_fields16(typingctx, buf, src, dst, rem):
 
 def _window_lookup(context, builder, st, args):
     """``lookup(key)`` for _prepare from a symbol window (``args[2]``, keys from ``args[11]``, every
-    other key ESC): a byte permute on PERMUTE targets, else a byte gather."""
+    other key ESC): a byte permute on ENCODE_PERMUTE targets, else a byte gather."""
     tp = _data(context, builder, st[2], args[2])
     basev = _broadcast(builder, _I32, builder.trunc(args[11], _I32))
 
     def lookup(key):
         j = builder.sub(key, basev)
         inside = builder.icmp_unsigned("<", j, _splat(_I32, 2 * WINDOW))
-        if PERMUTE:
+        if ENCODE_PERMUTE:
             s8 = _bytes_lookup(builder, tp, builder.trunc(j, _vec(_I8)))
             return builder.select(inside, builder.zext(s8, _vec(_I32)), _splat(_I32, SYM_ESC))
         got = _gather_bytes(builder, tp, builder.select(inside, j, _splat(_I32, 0)))   # j < 80 of 128 bytes
@@ -1460,7 +1483,7 @@ def rans_encode16(typingctx, x, lane0, sym, at, ftab, wbuf, pos, lanes):
 @intrinsic(prefer_literal=True)
 def rans_encode16_ranked(typingctx, x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes):
     """:func:`rans_encode16` with the symbol tables indexed by rank: ``ftab[rk[s]]``, ``inv[rk[s]]``
-    (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f32 reciprocals), read by permutes on PERMUTE targets."""
+    (``rk``: 128 u8, ``ftab``: 32 u32, ``inv``: 32 f32 reciprocals), read by permutes on ENCODE_PERMUTE targets."""
     sig = types.int64(x, lane0, sym, at, rk, ftab, inv, wbuf, pos, lanes)
 
     def codegen(context, builder, signature, args):
@@ -1527,8 +1550,8 @@ def _loop(builder, init, more, body):
 @intrinsic
 def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, pos, rounds, k, stop, ahead, ranked):
     """The rounds ``r = rounds-1 .. 0`` of a chunk of ``k`` = 16 or 32 lanes, as one call a round of
-    :func:`rans_encode16_ranked` (on PERMUTE targets where ``ranked`` is 32: tables of 32 ranks; 64
-    (ENCODE_RANKS): the same from tables of 64), :func:`rans_encode16` (other PERMUTE chunks: ``ranked``
+    :func:`rans_encode16_ranked` (on ENCODE_PERMUTE targets where ``ranked`` is 32: tables of 32 ranks; 64
+    (ENCODE_RANKS): the same from tables of 64), :func:`rans_encode16` (other ENCODE_PERMUTE chunks: ``ranked``
     0) or :func:`rans_encode16_packed` (no permutes) pushes them (the group of lanes 16..31 first, then
     0..15): the same states ``x[:k]`` and words below ``pos`` in ``wbuf``; returns the new ``pos``.  The
     states stay in registers from round to round (stored and reloaded by every call, they put a store-to-load
@@ -1583,7 +1606,7 @@ def rans_encode_rounds(typingctx, x, sym, ent, rk, ftab_r, inv_r, ftab, wbuf, po
             return out[1]
 
         def forms(groups):
-            if not PERMUTE:
+            if not ENCODE_PERMUTE:
                 return rounds(groups, "packed")
             ranks_are = lambda n: builder.icmp_unsigned("==", rankedv, ir.Constant(_I64, n))  # noqa: E731
             return _branch(builder, ranks_are(32), lambda: rounds(groups, 32),

@@ -577,8 +577,10 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     """The variant of the rounds' table lookups (codec._simd.TABLE_LOOKUPS) is the one the compile target
     calls for (permutes with AVX-512 VBMI: a 16-lane gather costs about 14 cycles on AMD Zen 5; gathers
     on Intel parts whose gathers are fast, see test_gathers_preferred_per_cpu), or the
-    one ZIPCCL_TABLE_LOOKUPS forces; the ranked encoder round and the windowed symbol lookup give the
-    scalar results, and their compiled code uses permutes or gathers accordingly."""
+    one ZIPCCL_TABLE_LOOKUPS forces; the encoder's (codec._simd.ENCODE_LOOKUPS) permutes wherever the
+    target has them.  The ranked encoder round and the windowed symbol lookup give the scalar results,
+    and their compiled code uses permutes or gathers as the encoder's variant says; the decoder's round
+    as the decoder's does."""
     import os
     import platform
     import re
@@ -595,6 +597,10 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     prefer = "gather" if _simd._host_gathers_preferred() else None
     want = os.environ.get("ZIPCCL_TABLE_LOOKUPS") or _simd.default_variant(usable, prefer)
     assert _simd.TABLE_LOOKUPS == want
+    # the encoder: permutes wherever the target has them, unless a variant is forced
+    want_enc = (os.environ.get("ZIPCCL_ENCODE_LOOKUPS")
+                or ("permute" if "permute" in usable and "ZIPCCL_TABLE_LOOKUPS" not in os.environ else want))
+    assert _simd.ENCODE_LOOKUPS == want_enc
 
     @njit(cache=False)
     def push(x, sym, rk, ftab, inv, wbuf):
@@ -641,14 +647,23 @@ def test_table_lookups_compile_to_the_chosen_instructions():
     assert np.array_equal(got, expect) and n_esc == (expect == SYM_ESC).sum()
     if platform.machine() not in ("x86_64", "AMD64") or "+avx2" not in feats:
         return
+    @njit(cache=False)
+    def pull(x, tab, buf, sym, ranked):
+        return _simd.rans_decode16(x, 0, tab, buf, 0, sym, 0, ranked, _simd.LANES)
+
+    pull(np.full(16, 1 << 16, np.uint32), np.zeros(4096 + 512, np.uint32), np.zeros(64, np.uint8), np.zeros(16, np.uint8),
+         0)
+    asm = next(iter(pull.inspect_asm().values()))
+    permutes, gathers = re.search(r"vperm[it]2[bd]\s", asm), re.search(r"vp?gather", asm)
+    assert bool(permutes) == (want == "permute") and bool(gathers) == (want != "loads"), want   # ranked or not
     for fn in (push, prepare):
         asm = next(iter(fn.inspect_asm().values()))
         permutes = re.search(r"vperm[it]2[bd]\s", asm)
         gathers = re.search(r"vp?gather", asm)
-        if want == "permute":
-            assert permutes and not gathers, (fn, want)
+        if want_enc == "permute":
+            assert permutes and not gathers, (fn, want_enc)
         else:                                   # "loads": scalar loads, no gather instruction
-            assert not permutes and bool(gathers) == (want == "gather"), (fn, want)
+            assert not permutes and bool(gathers) == (want_enc == "gather"), (fn, want_enc)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -663,8 +678,8 @@ def test_prepare_of_32_values_writes_what_two_16_value_calls_write(dtype):
     from codec import _simd
     from codec.codebook import SYM_ESC, SYM_WINDOW0, WINDOW
 
-    if not _simd.PERMUTE:
-        pytest.skip(f"the 32-value prepare runs with permutes only (this target's lookups: {_simd.TABLE_LOOKUPS})")
+    if not _simd.ENCODE_PERMUTE:
+        pytest.skip(f"the 32-value prepare runs with permutes only (this target's encoder: {_simd.ENCODE_LOOKUPS})")
 
     @njit(cache=False)
     def pairs(words, m, symwin, em, shift, sym, plane, full, rem, base, counts):
