@@ -607,6 +607,19 @@ def _symbol_table(f, ref, E):
     return symtab
 
 
+@njit(cache=True, inline="always")
+def _escaped_halves(esc_groups, n_groups, n_esc, at, c, bits):
+    """A 32-value prepare's escape counts (``c``: those of values ``at .. at+15`` in its low ``bits`` bits,
+    of ``at+16 .. at+31`` in the next ``bits``) noted per 16-value group: (groups, escapes) so far."""
+    for h in range(2):
+        ch = (c >> (bits * h)) & ((1 << bits) - 1)
+        if ch:
+            esc_groups[n_groups] = at + h * LANES
+            n_groups += 1
+            n_esc += ch
+    return n_groups, n_esc
+
+
 @njit(cache=True)
 def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, table, ntab, out, sym, wbuf, ahead,
                 n_zero, sign, narrow, limit, bins, z):
@@ -681,12 +694,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
                 if c < 0:
                     break
                 kk += c >> 32
-                for h in range(2):
-                    ch = (c >> (16 * h)) & 0xFFFF
-                    if ch:
-                        esc_groups[n_groups] = at + h * LANES
-                        n_groups += 1
-                        n_esc += ch
+                n_groups, n_esc = _escaped_halves(esc_groups, n_groups, n_esc, at, c, 16)
                 at0 = at + PAIR
         for at in range(at0, g16, LANES):
             if kk + LANES <= n_sm:
@@ -719,12 +727,7 @@ def _code_dense(vals, m, E, M, cb, ref, shift, f, cum, mode, bitmap, nbitmap, ta
                 c = encode_prepare32_window(vals, at, symwin, em, shift, sym, plane, 0, m, full, rem, base)
                 if c < 0:
                     break
-                for h in range(2):
-                    ch = (c >> (32 * h)) & 0xFFFFFFFF
-                    if ch:
-                        esc_groups[n_groups] = at + h * LANES
-                        n_groups += 1
-                        n_esc += ch
+                n_groups, n_esc = _escaped_halves(esc_groups, n_groups, n_esc, at, c, 32)
                 at0 = at + PAIR
         for at in range(at0, g16, LANES):
             if ENCODE_PERMUTE:

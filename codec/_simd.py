@@ -1202,15 +1202,7 @@ def _prepare32(context, builder, st, args, kkv=None):
     with builder.if_then(builder.icmp_signed(">", remv, ir.Constant(_I64, 0))):
         fields = builder.trunc(builder.and_(builder.lshr(res, b16(builder.shl(fullv, ir.Constant(_I64, 3)))),
                                             b16(builder.sub(builder.shl(one, remv), one))), v8)
-        remstart = builder.add(planev, builder.mul(nsmv, fullv))
-        if kkv is None:
-            w4 = _squeeze_fields(builder, builder.bitcast(fields, ir.VectorType(_I64, 4)), remv)
-            g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
-            for g in range(4):
-                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
-                           builder.extract_element(w4, ir.Constant(_I32, g)))
-        else:                                 # a byte a field, packed in place later (pack_fields16)
-            builder.store(fields, _at(builder, ob, builder.add(remstart, kkv), v8), align=1)
+        _store_fields(builder, ob, fields, builder.add(planev, builder.mul(nsmv, fullv)), atv, remv, kkv)
     esc = builder.bitcast(builder.icmp_unsigned("==", s, _splat(_I8, SYM_ESC, PAIR)), _I32)
     ctpop = _declare(builder, "llvm.ctpop.i32", _I32, [_I32])
     count = lambda bits: builder.zext(builder.call(ctpop, [bits]), _I64)  # noqa: E731
@@ -1308,6 +1300,23 @@ def _window_lookup(context, builder, st, args):
     return lookup
 
 
+def _store_fields(builder, ob, fields, remstart, atv, remv, kkv):
+    """The remainder plane's fields of a prepared group (``fields``: 16 or 32 i8 lanes, one field each)
+    for values ``at ..``: packed, ``rem`` bytes a run of 8 (one 8-byte store each, so the groups must come
+    in increasing order: each store's zero tail is overwritten by the next); or, where ``kkv`` (a chunk
+    with +0: the residuals compressed), a byte a field from index kk (the compressed-away lanes' zero
+    fields are overwritten by the next group's): pack_fields16 packs them in place once all are there."""
+    if kkv is not None:
+        builder.store(fields, _at(builder, ob, builder.add(remstart, kkv), fields.type), align=1)
+        return
+    runs = fields.type.count // 8
+    w = _squeeze_fields(builder, builder.bitcast(fields, ir.VectorType(_I64, runs)), remv)
+    g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
+    for g in range(runs):
+        _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
+                   builder.extract_element(w, ir.Constant(_I32, g)))
+
+
 def _prepare(context, builder, st, args, lookup, kkv=None, ent=None, zero_ent=None):
     """encode_prepare16's body; ``lookup(key)``: the symbols (i32 lanes) of keys ``field << 1 | lead``,
     or their packed entries (see PACK_F) where ``ent`` (type, array) is given: they are stored there
@@ -1350,17 +1359,7 @@ def _prepare(context, builder, st, args, lookup, kkv=None, ent=None, zero_ent=No
         fullbits = _broadcast(builder, _I32, builder.trunc(builder.shl(fullv, ir.Constant(_I64, 3)), _I32))
         fields = builder.trunc(builder.and_(builder.lshr(res, fullbits), builder.sub(builder.shl(one, rem32), one)),
                                _vec(_I8))
-        remstart = builder.add(planev, builder.mul(nsmv, fullv))
-        if kkv is None:
-            w = _squeeze_fields(builder, builder.bitcast(fields, ir.VectorType(_I64, 2)), remv)
-            g0 = builder.add(remstart, builder.mul(builder.lshr(atv, ir.Constant(_I64, 3)), remv))
-            for g in range(2):
-                _store_u64(builder, ob, builder.add(g0, builder.mul(remv, ir.Constant(_I64, g))),
-                           builder.extract_element(w, ir.Constant(_I32, g)))
-        else:
-            # a byte a field, from index kk of the remainder plane (the compressed-away lanes' zero fields
-            # are overwritten by the next group's): pack_fields16 packs them in place once all are there
-            builder.store(fields, _at(builder, ob, builder.add(remstart, kkv), _vec(_I8)), align=1)
+        _store_fields(builder, ob, fields, builder.add(planev, builder.mul(nsmv, fullv)), atv, remv, kkv)
     esc = builder.icmp_unsigned("==", s, _splat(_I32, SYM_ESC))
     if kkv is None:
         return _popcount16(builder, esc)
@@ -1435,7 +1434,10 @@ def _encode_step(builder, x_in, operands, wb, posv, valid=None):
     if valid is not None:
         xv = builder.select(valid, x_in, _splat(_I32, RANS_L))
         f = builder.select(valid, f, _splat(_I32, 1))
-    need = builder.icmp_unsigned(">=", xv, builder.shl(f, _splat(_I32, _RENORM_SHIFT)))
+    # x >= f << 20 as x > (f << 20) - 1 in wrapping u32: f = TOTAL (a chunk of one symbol, an explicit table)
+    # gives 2^32 - 1, which no state passes (f << 20 alone wrapped to 0: every lane flushed every round)
+    thr = builder.sub(builder.shl(f, _splat(_I32, _RENORM_SHIFT)), _splat(_I32, 1))
+    need = builder.icmp_unsigned(">", xv, thr)
     if valid is not None:
         need = builder.and_(need, valid)
     cnt = _popcount16(builder, need)

@@ -115,6 +115,23 @@ def test_round_trip_gives_the_reference_bytes(backend, dtype):
     assert_bit_equal(codec.decode(want, backend=backend), x)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_chunks_of_one_symbol_give_the_reference_bytes(backend, dtype):
+    """Every value one exponent key, signs mixed (+-1.0, +-inf): the chunk's explicit table gives its one
+    symbol every slot (frequency TOTAL), so no rANS state ever flushes; the numba SIMD rounds once took
+    f << 20 in 32 bits (2^32 wrapped to 0) and flushed every lane every round, storing the chunk raw."""
+    rng = np.random.default_rng(11)
+    # one chunk each of 8, 16 and 32 rANS lanes (numba: a masked 16-lane round, one and two 16-lane groups)
+    for n, v in [(1024, 1.0)] if _interpreted(backend) else [(n, v) for n in (8192, 16484, 32768) for v in (1.0, np.inf)]:
+        x = np.where(rng.random(n) < 0.5, v, -v).astype(np_dtype(dtype))
+        want = bytes(codec.encode(x, chunk_size=n, backend="reference"))
+        assert codec.inspect(want)["chunks"][0]["shape"] == "explicit"
+        assert len(want) < x.nbytes // 8, len(want)                              # a bit a value and less
+        assert bytes(codec.encode(x, chunk_size=n, backend=backend)) == want, (n, v)
+        assert_bit_equal(codec.decode(want, backend=backend), x)
+
+
 def _forged_streams():
     """(what, stream) pairs the reference refuses: truncation, a forged chunk head, a flipped payload."""
     x = make_values("gaussian", "bfloat16", 1500, 3, -1.0)
