@@ -7,6 +7,7 @@ import numpy as np
 
 from . import backends
 from . import format as fmt
+from . import repeats
 from .codebook import PHASES, ZERO_LEVELS, codebook_params
 from .format import FormatError
 from .layouts import FloatLayout, as_words, host_array, is_torch, layout_for
@@ -147,9 +148,17 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
         host, lay, shape, from_torch = as_words(x)
         signed = host.view(lay.view_ints)
         words = torch.from_numpy(np.array(signed)).view(lay.torch_words).to(dev.device())
-    chunk_size, _, _ = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
+    chunk_size, _, bound = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
-    stream = dev.encode_stream(words, lay, shape, chunk_size, flags)
+    stream = None
+    found = _find_repeats(words, shape, lay, partition)
+    if found is not None:              # as the host encoders: the section where it pays, on the device
+        stream = dev.encode_stream(repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size, flags,
+                                   found[3])
+        if stream.numel() > bound:
+            stream = None
+    if stream is None:
+        stream = dev.encode_stream(words, lay, shape, chunk_size, flags)
     n = stream.numel()
     if dev_x is not None:
         if out is None:
@@ -246,6 +255,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     words, lay, shape, from_torch, chunk_size, pos, bound = _encode_plan(x, chunk_size, partition, checksum)
     impl = backends.get(_host_backend(backend, fmt.WRITE_VERSION))
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
+    dst = None
     if out is not None:
         dst, result = _out_bytes(out)
         if len(dst) < bound:
@@ -253,17 +263,42 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
                              "(codec.max_encoded_size)")
         if np.may_share_memory(dst, words) or np.may_share_memory(dst, _input_memory(x)):
             raise ValueError("out overlaps the tensor being encoded")
-    else:
+    found = _find_repeats(words, shape, lay, partition)
+    if found is not None:
+        section = found[3]
+        if dst is None or len(dst) >= bound + len(section):     # room to code every chunk raw after it
+            stream = _encode_host(impl, repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size,
+                                  checksum, flags, pos + len(section), dst, section)
+            n = len(stream) if dst is None else stream
+            if n <= bound:                # else: the section did not pay for itself: code the words as they are
+                return stream if dst is None else result(n)
+    stream = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, b"")
+    return stream if dst is None else result(stream)
+
+
+def _find_repeats(words, shape, lay, partition):
+    """The row-repeat section an encode writes (``(row, dst, src, section bytes)``), or None: where the encoders write
+    version 7 (a section needs version 9, which is version 7's chunks) and no partition asks for shards
+    that stand alone (a repeat's source may lie in another shard)."""
+    if partition is not None or fmt.WRITE_VERSION != fmt.FORMAT_VERSION:
+        return None
+    return repeats.find(words, shape, lay.itemsize)
+
+
+def _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, section):
+    """The stream of ``words`` coded by the host backend ``impl`` from offset ``pos`` (the most header bytes
+    plus ``section``, the row-repeat section): a new bytearray, or its length, written to the front of ``dst``."""
+    if dst is None:
         buf = bytearray(pos)
-        impl.reserve(buf, bound)                 # payloads coded straight into it, then shrunk
-        dst = None
+        impl.reserve(buf, pos + len(words) * lay.itemsize)     # payloads coded straight into it, then shrunk
     view = dst if dst is not None else np.frombuffer(buf, np.uint8)
     kinds, sizes, crcs = impl.encode_into(view, pos, words, lay, chunk_size, checksum)
     del view                                     # release the export before ``buf`` is resized
     end = pos + int(sizes.sum())
     if dst is None:
         impl.shrink(buf, end)
-    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs if checksum else None)
+    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs if checksum else None,
+                           repeats=section)
     slack = pos - len(head)              # a compact head is shorter than the fixed-width one coded behind
     if dst is None:
         buf[slack:pos] = head
@@ -272,7 +307,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     if slack:                            # the stream starts at out[0]: move the payloads (a compact
         dst[len(head):end - slack] = dst[pos:end]     # head: at most COMPACT_MAX_CHUNKS chunks of them)
     dst[:len(head)] = np.frombuffer(head, np.uint8)
-    return result(end - slack)
+    return end - slack
 
 
 def _host_backend(backend: str, version: int) -> str:
@@ -298,7 +333,40 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     impl = backends.get(backend)
     out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
+    if h.repeats is not None and n:
+        if n == h.numel:
+            fmt.apply_repeats(h.repeats, out)
+        else:
+            _range_repeats(h, buf, first, out, impl)
     return h, out
+
+
+def _range_repeats(h, buf, first: int, out: np.ndarray, impl) -> None:
+    """Give the repeated rows (version 9) that overlap the decoded chunks ``out`` (from chunk ``first``) their
+    sources' words, decoding the chunks outside ``out`` that hold sources (each checked by its CRC)."""
+    rep, cs = h.repeats, h.chunk_size
+    a = first * cs
+    b = a + len(out)
+    lo, hi = np.searchsorted(rep.dst, [a // rep.row, -(-b // rep.row)])
+    if lo == hi:
+        return
+    at = np.arange(rep.row, dtype=np.int64)
+    to = (rep.dst[lo:hi, None] * rep.row + at).ravel()
+    fro = (rep.src[lo:hi, None] * rep.row + at).ravel()
+    keep = (to >= a) & (to < b)
+    to, fro = to[keep], fro[keep]
+    vals = np.empty(len(fro), dtype=out.dtype)
+    inside = (fro >= a) & (fro < b)
+    vals[inside] = out[fro[inside] - a]
+    elsewhere = np.unique(fro[~inside] // cs)
+    fmt.verify_chunk_crcs(h, buf, elsewhere)
+    for c in elsewhere:
+        c = int(c)
+        words = impl.empty(h.chunk_len(c), h.layout.uint)
+        impl.decode_chunks(h, buf, range(c, c + 1), words)
+        sel = ~inside & (fro // cs == c)
+        vals[sel] = words[fro[sel] - c * cs]
+    out[to - a] = vals
 
 
 def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):
@@ -425,11 +493,15 @@ def decode_chunks(buf, first: int, last: int, *, backend: str = "auto") -> np.nd
 
 
 def slice_stream(buf, first: int, last: int) -> bytes:
-    """A standalone stream of chunks ``[first, last)`` (1-D), made without decoding."""
+    """A standalone stream of chunks ``[first, last)`` (1-D), made without decoding (but for a stream with a
+    row-repeat section, whose rows may repeat rows of other chunks: those chunks are decoded, then coded
+    again with the stream's chunk size and checksum setting)."""
     buf = _host_stream(buf)
     h = fmt.parse_header(buf)
     if not 0 <= first <= last <= h.n_chunks:
         raise IndexError(f"chunk range [{first}, {last}) outside [0, {h.n_chunks}]")
+    if h.repeats is not None:
+        return bytes(encode(decode_chunks(buf, first, last), chunk_size=h.chunk_size, checksum=h.checksum))
     numel = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
     a = h.chunk_span(first)[0] if last > first else h.payload_start
     b = h.chunk_span(last - 1)[1] if last > first else h.payload_start
@@ -477,6 +549,8 @@ def inspect(buf) -> dict:
     numel = h.numel
     return {"format_version": h.version, "dtype": lay.name, "shape": h.shape, "numel": numel,
             "chunk_size": h.chunk_size, "n_chunks": h.n_chunks, "checksum": h.checksum,
+            "row_repeats": None if h.repeats is None else {"row_values": h.repeats.row, "rows": h.repeats.n_rows,
+                                                             "nbytes": h.repeats.nbytes},
             "nbytes": total, "raw_nbytes": numel * lay.itemsize,
             "ratio": numel * lay.itemsize / total if total else math.inf,
             "bits_per_value": 8 * total / numel if numel else 0.0,

@@ -158,17 +158,21 @@ from .records import Record
 
 MAGIC = b"ZCCL"
 FORMAT_VERSION = 7                   # what the encoders write by default (the golden streams' newest version)
-READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)   # what the decoders read (8: a draft, see "Version 8" above)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)   # what the decoders read (8: a draft, see "Version 8" above)
+DRAFT_VERSIONS = (8,)                # read, written only on request, no golden streams yet
+REPEATS_VERSION = 9                  # version 7 plus a row-repeat section: what the encoders write where they write one
 #: what the encoders write: FORMAT_VERSION, or 6 (no explicit tables: the version-6 bytes of every chunk,
 #: which ``bench.ratio --format 6`` and the A/B benchmarks set to measure what version 7 adds), or 8 (the
 #: draft symbol layouts, written by the reference encoder only: ``bench.ratio --format 8``)
 WRITE_VERSION = FORMAT_VERSION
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2}   # the codebook family each format version's streams use
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 2}   # the codebook family each format version's streams use
 CB_EXPLICIT = 0xFFFF                 # version 7: a coded chunk's own frequency table follows its head
 EXPLICIT_MAX_BYTES = 3 + 2 * 2 + 80 * 2   # (v8: u8 layout,) u8 lo, u8 count, 2 + 80 varints of at most 2 bytes (f <= TOTAL < 2^14)
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
+FLAG_REPEATS = 8                  # version 9: a row-repeat section follows the chunk table
+REPEAT_VARINT_BYTES = 7           # a repeat section's row gaps and distances: < 2^49 (rows < MAX_NUMEL = 2^48)
 COMPACT_MAX_CHUNKS = 4            # the most chunks a compact head describes
 COMPACT_FIXED = 8                 # magic, version, dtype, flags, ndim
 KIND_RAW, KIND_CODED, KIND_CONST, KIND_SPARSE = 0, 1, 2, 3
@@ -274,8 +278,14 @@ def explicit_tables(version: int) -> bool:
 
 
 def explicit_layouts(version: int) -> bool:
-    """Whether a version-``version`` stream's explicit tables start with a symbol layout byte (version 8)."""
-    return version >= 8
+    """Whether a version-``version`` stream's explicit tables start with a symbol layout byte (version 8,
+    a draft: version 9's chunks are version 7's)."""
+    return version == 8
+
+
+def row_repeats(version: int) -> bool:
+    """Whether a version-``version`` stream may carry a row-repeat section (FLAG_REPEATS)."""
+    return version >= REPEATS_VERSION
 
 
 def pack_explicit_table(f, layout: int | None = None) -> bytes:
@@ -336,9 +346,34 @@ def parse_explicit_table(mv, pos: int, end: int, ref: int, lay: FloatLayout, i: 
     return f, pos, layout
 
 
-def _varint_nbytes(v):
-    """Bytes of the LEB128 varints of ``v`` (element-wise; values below 2^21)."""
-    return 1 + (v >= 1 << 7) + (v >= 1 << 14)
+def _varint_nbytes(v, max_bytes: int = SPARSE_GAP_BYTES):
+    """Bytes of the LEB128 varints of ``v`` (element-wise; values below ``2^(7 max_bytes)``)."""
+    return 1 + sum((v >= 1 << 7 * k) for k in range(1, max_bytes))
+
+
+def _pack_varints(v: np.ndarray, max_bytes: int) -> bytes:
+    """The LEB128 varints of the values ``v`` (each below ``2^(7 max_bytes)``), back to back."""
+    v = np.asarray(v, dtype=np.int64)
+    n_b = _varint_nbytes(v, max_bytes)
+    vb = np.stack([((v >> 7 * k) & 0x7F) | ((n_b > k + 1) << 7) for k in range(max_bytes)], axis=1)
+    return vb[np.arange(max_bytes)[None, :] < np.asarray(n_b)[:, None]].astype(np.uint8).tobytes()
+
+
+def _parse_varints(b: np.ndarray, k: int, max_bytes: int, bad, what: str) -> np.ndarray:
+    """The ``k >= 1`` LEB128 varints that fill the bytes ``b`` exactly, each at most ``max_bytes`` long
+    and in its shortest form (int64); else ``bad(message)`` is raised, the message naming ``what``."""
+    gb = np.asarray(b).astype(np.int64)
+    last = np.flatnonzero(gb < 0x80)                     # each varint's last byte
+    if len(last) != k or last[-1] != len(gb) - 1:
+        raise bad(f"{what} bytes do not hold {k} varints")
+    first = np.concatenate([[0], last[:-1] + 1])
+    length = last - first + 1
+    if int(length.max()) > max_bytes:
+        raise bad(f"a {what} varint is longer than {max_bytes} bytes")
+    if np.any((length > 1) & (gb[last] == 0)):
+        raise bad(f"a {what} varint is not in its shortest form")
+    digit = np.arange(len(gb)) - np.repeat(first, length)
+    return np.add.reduceat((gb & 0x7F) << (7 * digit), first)
 
 
 def _sparse_fields(pos: np.ndarray, values: np.ndarray):
@@ -357,10 +392,7 @@ def sparse_nbytes_at(pos: np.ndarray, values: np.ndarray) -> int:
 def pack_sparse_at(pos: np.ndarray, values: np.ndarray) -> bytes:
     """The SPARSE payload of a chunk whose non-zero words are ``values`` at ``pos`` (ascending)."""
     g, width = _sparse_fields(pos, values)
-    n_b = _varint_nbytes(g)
-    vb = np.stack([(g & 0x7F) | ((n_b > 1) << 7), ((g >> 7) & 0x7F) | ((n_b > 2) << 7), g >> 14], axis=1)
-    gap_bytes = vb[np.arange(3)[None, :] < n_b[:, None]].astype(np.uint8).tobytes()
-    return _varint(len(pos)) + bytes([width]) + gap_bytes + pack_bits(values, width)
+    return _varint(len(pos)) + bytes([width]) + _pack_varints(g, SPARSE_GAP_BYTES) + pack_bits(values, width)
 
 
 def sparse_nbytes(words: np.ndarray) -> int:
@@ -408,20 +440,7 @@ def parse_sparse(payload, n: int, itemsize: int, i: int = 0):
     gaps_end = size - packed
     if not pos + k <= gaps_end <= pos + SPARSE_GAP_BYTES * k:
         raise bad(f"{size} bytes cannot hold {k} gaps and {k} values of {width} bits")
-    gb = b[pos:gaps_end].astype(np.int64)
-    last = np.flatnonzero(gb < 0x80)                     # each varint's last byte
-    if len(last) != k or last[-1] != len(gb) - 1:
-        raise bad(f"gap bytes do not hold {k} varints")
-    first = np.concatenate([[0], last[:-1] + 1])
-    length = last - first + 1
-    if int(length.max()) > SPARSE_GAP_BYTES:
-        raise bad(f"a gap varint is longer than {SPARSE_GAP_BYTES} bytes")
-    if np.any((length > 1) & (gb[last] == 0)):
-        raise bad("a gap varint is not in its shortest form")
-    which = np.repeat(np.arange(k), length)
-    digit = np.arange(len(gb)) - np.repeat(first, length)
-    gaps = np.zeros(k, np.int64)
-    np.add.at(gaps, which, (gb & 0x7F) << (7 * digit))
+    gaps = _parse_varints(b[pos:gaps_end], k, SPARSE_GAP_BYTES, bad, "gap")
     positions = np.cumsum(gaps + 1) - 1
     if positions[-1] >= n:
         raise bad(f"position {int(positions[-1])} outside the chunk's {n} values")
@@ -430,6 +449,90 @@ def parse_sparse(payload, n: int, itemsize: int, i: int = 0):
     if rem_bits % 8 and int(plane[-1]) >> (rem_bits % 8):
         raise bad("padding bits set")
     return positions, unpack_bits(plane, k, width)
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """A version-9 stream's row-repeat section, validated: the tensor's values are rows of ``row``
+    values (``numel // row`` whole rows; a shorter rest is never repeated), and row ``dst[j]`` holds
+    the same words as row ``src[j]``."""
+    row: int
+    dst: np.ndarray          # (k,) int64, ascending: the repeated rows
+    src: np.ndarray          # (k,) int64, src[j] < dst[j]: rows that are not themselves repeated
+    nbytes: int              # the section's bytes in the stream
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.dst)
+
+
+def pack_repeats(row: int, dst, src) -> bytes:
+    """The row-repeat section (version 9) saying that row ``dst[j]`` repeats row ``src[j]`` (rows of ``row``
+    values; ``dst`` ascending, every ``src[j] < dst[j]`` a row that is not repeated)::
+
+        varint nbytes             bytes of what follows
+        varint row                values per row (>= 1; the tensor holds at least two whole rows)
+        varint k                  repeated rows (1 <= k < numel // row)
+        k varints                 dst[j] - dst[j-1] - 1 (dst[-1] = -1): the repeated rows, ascending
+        k varints                 dst[j] - src[j] >= 1: how many rows back its source is
+
+    (varints as the compact head's, at most REPEAT_VARINT_BYTES bytes.)  A repeated row's values in the
+    chunk payloads are ignored (the encoders code them as +0); the decoder gives it its source's words."""
+    dst = np.asarray(dst, dtype=np.int64)
+    src = np.asarray(src, dtype=np.int64)
+    body = (_varint(int(row)) + _varint(len(dst)) + _pack_varints(np.diff(dst, prepend=-1) - 1, REPEAT_VARINT_BYTES)
+            + _pack_varints(dst - src, REPEAT_VARINT_BYTES))
+    return _varint(len(body)) + body
+
+
+def parse_repeats(mv, pos: int, numel: int) -> tuple[Repeats, int]:
+    """``(the row-repeat section at mv[pos:], the offset after it)`` of a stream of ``numel`` values;
+    raises :class:`FormatError` naming what is wrong.  Its arrays are sized by the bytes present."""
+    def bad(what):
+        return FormatError(f"row-repeat section: {what}")
+    start = pos
+    nbytes, pos = _read_varint(mv, pos, "size", "row-repeat section's")
+    if nbytes > len(mv) - pos:
+        raise bad(f"{nbytes} bytes, {len(mv) - pos} left in the stream")
+    body = np.frombuffer(mv, dtype=np.uint8, count=nbytes, offset=pos)
+    end = pos + nbytes
+    row, p = _read_varint(body, 0, "row width", "row-repeat section's")
+    k, p = _read_varint(body, p, "count", "row-repeat section's")
+    n_rows = numel // row if row else 0
+    if row < 1 or n_rows < 2:
+        raise bad(f"rows of {row} values do not make two rows of the tensor's {numel} values")
+    if not 1 <= k < n_rows:
+        raise bad(f"{k} repeated rows of {n_rows}")
+    v = _parse_varints(body[p:], 2 * k, REPEAT_VARINT_BYTES, bad, "row")
+    gaps, dist = v[:k], v[k:]
+    if float(gaps.astype(np.float64).sum()) + k > n_rows + 1.0:      # keeps the running sum inside int64
+        raise bad(f"repeated rows run past the tensor's {n_rows} rows")
+    dst = np.cumsum(gaps + 1) - 1
+    src = dst - dist
+    if int(dst[-1]) >= n_rows:
+        raise bad(f"repeated row {int(dst[-1])} outside the tensor's {n_rows} rows")
+    if int(dist.min()) < 1 or int(src.min()) < 0:
+        j = int(np.argmax((dist < 1) | (src < 0)))
+        raise bad(f"row {int(dst[j])} repeats row {int(src[j])}, not an earlier one")
+    at = np.minimum(np.searchsorted(dst, src), k - 1)
+    chained = dst[at] == src
+    if chained.any():
+        j = int(np.argmax(chained))
+        raise bad(f"row {int(dst[j])} repeats row {int(src[j])}, itself a repeat")
+    return Repeats(int(row), dst, src, end - start), end
+
+
+def apply_repeats(rep: Repeats, words) -> None:
+    """Give each repeated row of the decoded ``words`` (a whole stream's, 1-D: a NumPy array or a torch
+    tensor) its source row's words."""
+    rows = words[:(len(words) // rep.row) * rep.row].reshape(-1, rep.row)
+    if isinstance(words, np.ndarray):
+        rows[rep.dst] = rows[rep.src]
+    else:                                  # a torch tensor, on its device
+        import torch
+
+        dst, src = (torch.from_numpy(a).to(words.device) for a in (rep.dst, rep.src))
+        rows[dst] = rows[src]
 
 
 def lanes(n: int) -> int:
@@ -480,6 +583,7 @@ class Header:
     payload_start: int       # offset of the first payload byte in the stream
     family_version: int
     version: int = FORMAT_VERSION
+    repeats: Repeats | None = None   # version 9's row-repeat section, where the stream has one
 
     @property
     def numel(self) -> int:
@@ -518,22 +622,22 @@ def _varint(v: int) -> bytes:
     return bytes(out)
 
 
-def _read_varint(mv, pos: int, what: str) -> tuple[int, int]:
+def _read_varint(mv, pos: int, what: str, where: str = "compact head's") -> tuple[int, int]:
     """``(value, next offset)`` of the varint at ``pos``; FormatError if it runs past the buffer, is
-    longer than 9 bytes (63 bits) or not in its shortest form."""
+    longer than 9 bytes (63 bits) or not in its shortest form (the message names ``where`` ``what``)."""
     v = 0
     n = len(mv)
     for shift in range(0, 63, 7):
         if pos >= n:
-            raise FormatError(f"stream truncated inside the compact head's {what}")
-        b = mv[pos]
+            raise FormatError(f"stream truncated inside the {where} {what}")
+        b = int(mv[pos])
         pos += 1
         v |= (b & 0x7F) << shift
         if b < 0x80:
             if b == 0 and shift:
-                raise FormatError(f"compact head's {what} is not in its shortest form")
+                raise FormatError(f"{where} {what} is not in its shortest form")
             return v, pos
-    raise FormatError(f"compact head's {what} is longer than 9 bytes")
+    raise FormatError(f"{where} {what} is longer than 9 bytes")
 
 
 def _compact_table(kinds, sizes) -> bytes:
@@ -546,15 +650,18 @@ def _compact_table(kinds, sizes) -> bytes:
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
                 family_version: int = FAMILY_VERSION, *, compact: bool | None = None,
-                version: int | None = None) -> bytes:
+                version: int | None = None, repeats: bytes = b"") -> bytes:
     """Header and chunk table for payloads of the given ``sizes``: the compact head (FLAG_COMPACT) where
     there are at most COMPACT_MAX_CHUNKS chunks and it is shorter, else the fixed-width one (never
     longer than :func:`header_nbytes`).  ``compact``: True / False asks for that layout (for tests;
     True only where a compact head can describe the chunks).  ``version``: the format version it names
-    (default WRITE_VERSION, what the encoders write)."""
-    version = WRITE_VERSION if version is None else version
+    (default WRITE_VERSION, what the encoders write; REPEATS_VERSION with ``repeats``).  ``repeats``: a
+    row-repeat section (:func:`pack_repeats`), put after the chunk table with FLAG_REPEATS."""
+    version = (REPEATS_VERSION if repeats else WRITE_VERSION) if version is None else version
+    if repeats and not row_repeats(version):
+        raise ValueError(f"a version-{version} stream has no row-repeat section")
     shape = tuple(int(s) for s in shape)
-    flags &= ~FLAG_COMPACT
+    flags = (flags & ~(FLAG_COMPACT | FLAG_REPEATS)) | (FLAG_REPEATS if repeats else 0)
     n_chunks = len(kinds)
     parts = None
     if n_chunks <= COMPACT_MAX_CHUNKS and compact is not False:
@@ -568,6 +675,7 @@ def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, siz
                  struct.pack(f"<{len(shape)}Q", *shape),
                  np.asarray(kinds, dtype=np.uint8).tobytes(),
                  np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
+    parts.append(repeats)
     if flags & FLAG_CHECKSUM:
         parts.append(np.asarray(crcs, dtype="<u4").tobytes())
         head = b"".join(parts)
@@ -596,8 +704,10 @@ def header_extent(prefix) -> int:
     if _is_compact(mv):
         ndim = min(mv[7], MAX_NDIM)
         try:
-            _, _, _, _, _, pos = _parse_compact(mv, len(mv) + (1 << 62))
+            pos = _parse_compact(mv, len(mv) + (1 << 62))[5]
         except FormatError:
+            if mv[6] & FLAG_REPEATS:               # the section's size may lie beyond the prefix
+                return len(mv) + 64
             return max(len(mv), min(_compact_bound(ndim, bool(mv[6] & FLAG_CHECKSUM)), len(mv) + 64))
         return pos
     if len(mv) < STREAM_HEAD.size:
@@ -609,7 +719,16 @@ def header_extent(prefix) -> int:
     numel = math.prod(struct.unpack_from(f"<{ndim}Q", mv, STREAM_HEAD.size))
     if numel > MAX_NUMEL:
         return STREAM_HEAD.size + 8 * ndim
-    return header_nbytes(ndim, -(-numel // chunk_size), bool(flags & FLAG_CHECKSUM))
+    n_chunks = -(-numel // chunk_size)
+    extent = header_nbytes(ndim, n_chunks, bool(flags & FLAG_CHECKSUM))
+    if flags & FLAG_REPEATS:                   # the row-repeat section, after the chunk table
+        at = header_nbytes(ndim, n_chunks, False)
+        try:
+            nbytes, body = _read_varint(mv, at, "size", "row-repeat section's")
+        except FormatError:
+            return max(len(mv), min(at + 9, extent + 9))
+        extent += body - at + nbytes
+    return extent
 
 
 def _check_shape(chunk_size: int, shape) -> int:
@@ -636,7 +755,7 @@ def _read_crcs(mv, pos: int, n_chunks: int):
 
 
 def _parse_compact(mv, size: int):
-    """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset)`` (ends unchecked
+    """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset, repeats)`` (ends unchecked
     against the stream's ``size`` but for the CRCs' position); raises :class:`FormatError`."""
     ndim = mv[7]
     if ndim > MAX_NDIM:
@@ -674,13 +793,16 @@ def _parse_compact(mv, size: int):
             v = lay.itemsize * (min(chunk_size, numel - i * chunk_size) if k == KIND_RAW else 1)
         end += v
         ends.append(end)
+    repeats = None
+    if mv[6] & FLAG_REPEATS:
+        repeats, pos = parse_repeats(mv, pos, numel)
     crcs = None
     if mv[6] & FLAG_CHECKSUM:
         if len(mv) < pos + 4 * n_chunks + 4:
             raise FormatError(f"stream truncated: the compact head's checksums need {4 * n_chunks + 4} bytes, "
                               f"{len(mv) - pos} left")
         crcs, pos = _read_crcs(mv, pos, n_chunks)
-    return chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos
+    return chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos, repeats
 
 
 def parse_header(buf, length: int | None = None) -> Header:
@@ -707,12 +829,12 @@ def parse_header(buf, length: int | None = None) -> Header:
     lay = layout_by_code(code)
     if lay is None:
         raise FormatError(f"unknown dtype code {code}")
-    known = FLAG_CHECKSUM | FLAG_TORCH | (FLAG_COMPACT if version >= 4 else 0)
+    known = FLAG_CHECKSUM | FLAG_TORCH | (FLAG_COMPACT if version >= 4 else 0) | (FLAG_REPEATS if row_repeats(version) else 0)
     if flags & ~known:
         raise FormatError(f"unknown flags {flags:#x} in a version-{version} stream")
     fam = FAMILY_OF_VERSION[version]
     if flags & FLAG_COMPACT:
-        chunk_size, shape, kinds, ends, crcs, pos = _parse_compact(mv, size)
+        chunk_size, shape, kinds, ends, crcs, pos, repeats = _parse_compact(mv, size)
         # the compact table's ends are running sums of sizes >= 0 (increasing by construction; the
         # largest is the last): checked below with plain integers (a small stream's parse is mostly
         # such checks on tiny arrays)
@@ -745,6 +867,12 @@ def parse_header(buf, length: int | None = None) -> Header:
         pos += n_chunks
         ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
         pos += 8 * n_chunks
+        repeats = None
+        if flags & FLAG_REPEATS:
+            repeats, pos = parse_repeats(mv, pos, math.prod(shape))
+            if checksum and len(mv) - pos < 4 * n_chunks + 4:
+                raise FormatError(f"stream truncated: the checksums need {4 * n_chunks + 4} bytes, "
+                                  f"{len(mv) - pos} left")
         crcs = None
         if checksum:
             crcs, pos = _read_crcs(mv, pos, n_chunks)
@@ -760,7 +888,7 @@ def parse_header(buf, length: int | None = None) -> Header:
         total = int(ends[-1]) if n_chunks else 0
     if pos + total != size:
         raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
-    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version)
+    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version, repeats)
     if not flags & FLAG_COMPACT:               # (a compact head's RAW and CONST sizes follow from the kinds)
         raw, const = kinds == KIND_RAW, kinds == KIND_CONST
         if raw.any():

@@ -51,9 +51,9 @@ class Backend:
         """Where host data goes for these kernels: the GPU, or the CPU under the Triton interpreter."""
         return default_device()
 
-    def encode_stream(self, words, lay, shape, chunk_size: int, flags: int):
+    def encode_stream(self, words, lay, shape, chunk_size: int, flags: int, repeats: bytes = b""):
         """:func:`encode_stream` with this dialect's kernels."""
-        return encode_stream(words, lay, shape, chunk_size, flags, kernels=self.kernels(lay))
+        return encode_stream(words, lay, shape, chunk_size, flags, repeats, kernels=self.kernels(lay))
 
     def decode_stream(self, buf_t, words=None, words_layout=None):
         """:func:`decode_stream` with this dialect's kernels."""
@@ -83,8 +83,9 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
     length = buf_t.numel()
     pre = buf_t[:min(length, fmt.header_nbytes(fmt.MAX_NDIM, 0, False))].cpu().numpy()
     extent = fmt.header_extent(pre)
-    if extent > len(pre):
+    while extent > len(pre) and len(pre) < length:     # a compact head or a row-repeat section may ask twice
         pre = buf_t[:min(length, extent)].cpu().numpy()
+        extent = fmt.header_extent(pre)
     h = fmt.parse_header(pre, length)
     host = None
     if h.checksum:
@@ -98,6 +99,8 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
     if callable(kernels):
         kernels = kernels(h.layout)
     decode_into(h, buf_t, range(h.n_chunks), words, host=host, kernels=kernels)
+    if h.repeats is not None:
+        fmt.apply_repeats(h.repeats, words)
     return h, words
 
 
@@ -899,13 +902,14 @@ def _write_bitmaps(out, nz, n, mode, at, chunk):
         out[(at[sel][:, None] + j)[ok]] = packed[ok].to(torch.uint8)
 
 
-def encode_stream(words, lay, shape, chunk_size: int, flags: int, *, kernels=None):
-    """The whole stream of the word tensor ``words`` as a uint8 tensor on its device."""
+def encode_stream(words, lay, shape, chunk_size: int, flags: int, repeats: bytes = b"", *, kernels=None):
+    """The whole stream of the word tensor ``words`` as a uint8 tensor on its device; ``repeats``: its
+    row-repeat section (codec.format.pack_repeats; the repeated rows of ``words`` are +0)."""
     import torch
 
     checksum = bool(flags & fmt.FLAG_CHECKSUM)
     n_chunks = -(-words.numel() // chunk_size)
-    head_nbytes = fmt.header_nbytes(len(shape), n_chunks, checksum)
+    head_nbytes = fmt.header_nbytes(len(shape), n_chunks, checksum) + len(repeats)
     if n_chunks:
         out, kinds, sizes = encode_payloads(words, lay, chunk_size, head_nbytes, kernels)
     else:
@@ -915,7 +919,7 @@ def encode_stream(words, lay, shape, chunk_size: int, flags: int, *, kernels=Non
         host = out[head_nbytes:].cpu().numpy()
         ends = np.cumsum(sizes)
         crcs = [fmt.crc32c(host[a:b]) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
-    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs)
+    head = fmt.pack_header(lay, shape, chunk_size, flags, kinds, sizes, crcs, repeats=repeats)
     slack = head_nbytes - len(head)         # a compact head is shorter: the stream starts later
     out[slack:head_nbytes] = torch.frombuffer(bytearray(head), dtype=torch.uint8).to(out.device)
     return out[slack:]

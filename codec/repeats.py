@@ -1,0 +1,133 @@
+"""The encoders' choice of a row-repeat section (format version 9, :func:`codec.format.pack_repeats`).
+
+A tensor's rows (its last dimension) that repeat an earlier row bit for bit: the embedding layer's output
+for padding tokens (the same token at the same position in every padded sequence of a batch), a KV cache's
+padded slots, duplicated samples.  Measured on the ratio corpus (``bench/results/row_structure.md``): the
+MiniLM embedding output of a padded batch repeats 58 % of its 384-value rows, each 128 rows (one sequence)
+or more after its source, out of reach of any chunk-local model, and of every peer but LZ's long matches.
+
+The choice, the same for every backend (NumPy on the host, torch on a device):
+
+1. only tensors of two or more dimensions, of at least :data:`MIN_TENSOR_BYTES` bytes, whose rows hold at
+   least :data:`MIN_ROW_BYTES` bytes;
+2. a gate on a sample of evenly spaced rows (one per :data:`GATE_BYTES` bytes): at least 1 in
+   :data:`MIN_SHARE` of them repeats another sampled row exactly;
+3. then every row: a 64-bit key of a row's first, middle and last 8 bytes groups the rows; a row that
+   equals the first row of its key (compared word for word) repeats it; rows whose key is 0 (all +0 there,
+   as zero rows are) are left to the chunks (a zero-block bitmap codes a zero row in a few bits);
+4. the section is kept where the repeated rows' raw bytes are at least :data:`MIN_GAIN` times its size.
+
+Chunk payloads then code the repeated rows as +0 (the encoder codes a copy of the words with those rows
+cleared; the caller's tensor is never written).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import format as fmt
+
+MIN_ROW_BYTES = 64        # shorter rows: a section entry (2-4 bytes) would take most of what a repeat saves
+MIN_TENSOR_BYTES = 1 << 20   # smaller tensors are not searched (the search's fixed cost against their encode)
+GATE_BYTES = 16384        # the gate samples one row per this many bytes of the tensor (at least 2)
+MIN_SHARE = 32            # the gate: at least 1 in MIN_SHARE sampled rows repeats another sampled row
+MIN_GAIN = 16             # the section: repeated raw bytes at least MIN_GAIN times its size
+VERIFY_BYTES = 1 << 16    # candidate rows compared this many bytes at a time (scratch that stays in cache)
+_MIX = np.array([1, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)   # odd multipliers
+
+
+def _row_count(shape, numel: int, itemsize: int) -> tuple[int, int]:
+    """``(values per row, whole rows)`` a section could use, or ``(0, 0)``."""
+    if len(shape) < 2 or numel * itemsize < MIN_TENSOR_BYTES:
+        return 0, 0
+    row = int(shape[-1])
+    if row * itemsize < MIN_ROW_BYTES or numel // row < 2:
+        return 0, 0
+    return row, numel // row
+
+
+def _byte_rows(words, rowbytes: int):
+    """The whole rows of ``words`` (NumPy, or a torch tensor on a device) as a 2-D array of bytes (a view)."""
+    if isinstance(words, np.ndarray):
+        b = words.view(np.uint8)
+    else:
+        import torch
+
+        b = words.view(torch.uint8)
+    return b[:(len(b) // rowbytes) * rowbytes].reshape(-1, rowbytes)
+
+
+def _keys(words, rowbytes: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """A 64-bit key of each of the rows ``rows`` (default: every row): its first, middle and last 8 bytes,
+    mixed (0 for a row whose 24 bytes are +0)."""
+    b = _byte_rows(words, rowbytes)
+    at = slice(None) if rows is None else rows if isinstance(b, np.ndarray) else _device_index(rows, b)
+    mid = rowbytes // 2 // 8 * 8
+    parts = [b[at, 0:8], b[at, mid:mid + 8], b[at, rowbytes - 8:rowbytes]]
+    if not isinstance(b, np.ndarray):
+        parts = [p.cpu().numpy() for p in parts]
+    k = np.concatenate(parts, axis=1).view("<u8")
+    return np.bitwise_xor.reduce(k * _MIX, axis=1)
+
+
+def _matches(words, row: int, rows: np.ndarray, keys: np.ndarray):
+    """``(dst, src)``: each of the rows ``rows`` (ascending, of ``row`` values of the NumPy ``words``) that
+    equals the first row of its key with a key other than 0, and that first row; dst ascending."""
+    order = np.argsort(keys, kind="stable")          # by key, then by row
+    k = keys[order]
+    start = np.ones(len(k), bool)
+    start[1:] = k[1:] != k[:-1]
+    head = order[np.maximum.accumulate(np.where(start, np.arange(len(k)), 0))]
+    cand = np.flatnonzero(~start & (k != 0))
+    dst, src = rows[order[cand]], rows[head[cand]]
+    whole = _byte_rows(words, row * words.itemsize)
+    if whole.shape[1] % 8 == 0:
+        whole = whole.view("<u8")                      # fewer, wider words to compare
+    same = np.zeros(len(dst), bool)
+    step = max(1, VERIFY_BYTES // (row * words.itemsize))
+    for a in range(0, len(dst), step):
+        b = min(a + step, len(dst))
+        same[a:b] = (whole[dst[a:b]] == whole[src[a:b]]).all(1)
+    dst, src = dst[same], src[same]
+    o = np.argsort(dst)
+    return dst[o], src[o]
+
+
+def find(words, shape, itemsize: int):
+    """``(row, dst, src, section bytes)`` of the row-repeat section to write for the flat words ``words`` (a NumPy uint
+    array, or a torch integer tensor on a device: its gate reads a few bytes there; where it opens, the
+    words are searched on the host) of a tensor of ``shape``, or None: no section."""
+    row, n_rows = _row_count(shape, len(words), itemsize)
+    if not row:
+        return None
+    rowbytes = row * itemsize
+    m = min(n_rows, max(2, n_rows * rowbytes // GATE_BYTES))
+    pick = (np.arange(m, dtype=np.int64) * n_rows) // m
+    keys = _keys(words, rowbytes, pick)
+    u = np.unique(keys[keys != 0])
+    if (keys != 0).sum() - len(u) < max(1, m // MIN_SHARE):        # too few sampled keys repeat
+        return None
+    host = words if isinstance(words, np.ndarray) else words.cpu().numpy()
+    if len(_matches(host, row, pick, keys)[0]) * MIN_SHARE < m:      # ... or too few sampled rows
+        return None
+    every = np.arange(n_rows, dtype=np.int64)
+    dst, src = _matches(host, row, every, _keys(host, rowbytes))
+    if not len(dst):
+        return None
+    section = fmt.pack_repeats(row, dst, src)
+    if len(dst) * rowbytes < MIN_GAIN * len(section):
+        return None
+    return row, dst, src, section
+
+
+def _device_index(a: np.ndarray, like):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a)).to(like.device)
+
+
+def cleared(words, row: int, dst: np.ndarray):
+    """A copy of ``words`` with the rows ``dst`` (of ``row`` values) set to +0: what the chunks code."""
+    out = words.copy() if isinstance(words, np.ndarray) else words.clone()
+    rows = out[:(len(out) // row) * row].reshape(-1, row)
+    rows[dst if isinstance(out, np.ndarray) else _device_index(dst, out)] = 0
+    return out
