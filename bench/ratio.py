@@ -116,10 +116,12 @@ def _write_csv(path: Path, rows, cols) -> None:
         w.writerows(rows)
 
 
-def fmt_written() -> int:
+def fmt_written() -> str:
     from codec import format as fmt
 
-    return fmt.WRITE_VERSION
+    if fmt.WRITE_VERSION == fmt.FORMAT_VERSION:
+        return f"{fmt.FORMAT_VERSION}, {fmt.REPEATS_VERSION} where a stream has a row-repeat section"
+    return str(fmt.WRITE_VERSION)
 
 
 def _targets(rows, corpus) -> str:

@@ -266,12 +266,18 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     found = _find_repeats(words, shape, lay, partition)
     if found is not None:
         section = found[3]
-        if dst is None or len(dst) >= bound + len(section):     # room to code every chunk raw after it
-            stream = _encode_host(impl, repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size,
-                                  checksum, flags, pos + len(section), dst, section)
-            n = len(stream) if dst is None else stream
-            if n <= bound:                # else: the section did not pay for itself: code the words as they are
-                return stream if dst is None else result(n)
+        # the payloads are coded after the section: where ``out`` lacks the room for every chunk raw
+        # there, the stream is coded apart and copied (the same bytes whatever buffer is given)
+        room = dst is None or len(dst) >= bound + len(section)
+        stream = _encode_host(impl, repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size,
+                              checksum, flags, pos + len(section), dst if room else None, section)
+        n = stream if isinstance(stream, int) else len(stream)
+        if n <= bound:                    # else: the section did not pay for itself: code the words as they are
+            if dst is None:
+                return stream
+            if not room:
+                dst[:n] = np.frombuffer(stream, np.uint8)
+            return result(n)
     stream = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, b"")
     return stream if dst is None else result(stream)
 

@@ -10,8 +10,9 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 
 1. only tensors of two or more dimensions, of at least :data:`MIN_TENSOR_BYTES` bytes, whose rows hold at
    least :data:`MIN_ROW_BYTES` bytes;
-2. a gate on a sample of evenly spaced rows (one per :data:`GATE_BYTES` bytes): at least 1 in
-   :data:`MIN_SHARE` of them repeats another sampled row exactly;
+2. a gate on a random sample of rows (one per :data:`GATE_BYTES` bytes, drawn from a fixed seed): at
+   least 1 in :data:`MIN_SHARE` of them repeats another sampled row exactly.  (Rows that repeat rarely, each once in a large tensor, seldom meet in the sample:
+   the gate looks for rows that repeat often, as padding's do);
 3. then every row: a 64-bit key of a row's first, middle and last 8 bytes groups the rows; a row that
    equals the first row of its key (compared word for word) repeats it; rows whose key is 0 (all +0 there,
    as zero rows are) are left to the chunks (a zero-block bitmap codes a zero row in a few bits);
@@ -28,10 +29,11 @@ from . import format as fmt
 
 MIN_ROW_BYTES = 64        # shorter rows: a section entry (2-4 bytes) would take most of what a repeat saves
 MIN_TENSOR_BYTES = 1 << 20   # smaller tensors are not searched (the search's fixed cost against their encode)
-GATE_BYTES = 16384        # the gate samples one row per this many bytes of the tensor (at least 2)
+GATE_BYTES = 32768        # the gate samples one row per this many bytes of the tensor (at least 2)
 MIN_SHARE = 32            # the gate: at least 1 in MIN_SHARE sampled rows repeats another sampled row
 MIN_GAIN = 16             # the section: repeated raw bytes at least MIN_GAIN times its size
 VERIFY_BYTES = 1 << 16    # candidate rows compared this many bytes at a time (scratch that stays in cache)
+SAMPLE_SEED = 0x5EED
 _MIX = np.array([1, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)   # odd multipliers
 
 
@@ -101,7 +103,10 @@ def find(words, shape, itemsize: int):
         return None
     rowbytes = row * itemsize
     m = min(n_rows, max(2, n_rows * rowbytes // GATE_BYTES))
-    pick = (np.arange(m, dtype=np.int64) * n_rows) // m
+    # a random sample (a fixed seed: every backend and machine picks the same rows), not an evenly spaced
+    # or low-discrepancy one: those sample one or every position of a sequence's, and meet no repeat
+    pick = np.unique(np.random.Generator(np.random.PCG64(SAMPLE_SEED)).integers(0, n_rows, m))
+    m = len(pick)
     keys = _keys(words, rowbytes, pick)
     u = np.unique(keys[keys != 0])
     if (keys != 0).sum() - len(u) < max(1, m // MIN_SHARE):        # too few sampled keys repeat
@@ -127,7 +132,10 @@ def _device_index(a: np.ndarray, like):
 
 def cleared(words, row: int, dst: np.ndarray):
     """A copy of ``words`` with the rows ``dst`` (of ``row`` values) set to +0: what the chunks code."""
-    out = words.copy() if isinstance(words, np.ndarray) else words.clone()
-    rows = out[:(len(out) // row) * row].reshape(-1, row)
-    rows[dst if isinstance(out, np.ndarray) else _device_index(dst, out)] = 0
+    if isinstance(words, np.ndarray):
+        out = words.copy()
+        out[:(len(out) // row) * row].reshape(-1, row)[dst] = 0
+        return out
+    out = words.clone()
+    fmt.signed_view(out)[:(len(out) // row) * row].reshape(-1, row)[_device_index(dst, out)] = 0
     return out

@@ -69,6 +69,19 @@ def make_values(dist: str, dtype: str, n: int, seed: int, log10_sigma: float = 0
         return x.astype(dt)
 
 
+def padded_batch(dtype: str, batch: int, seq: int, width: int, seed: int, most: int | None = None) -> np.ndarray:
+    """A (batch, seq, width) tensor like an embedding layer's output for a padded batch: each sequence's
+    first 1..``most`` (default ``seq``) rows are its tokens' (distinct Gaussian rows), the rest are the
+    padding token's row at that position, the same in every sequence (rows that repeat rows a sequence,
+    ``seq`` rows, or more before them)."""
+    rng = np.random.default_rng(seed)
+    pad = rng.normal(0, 1, (seq, width))
+    x = np.broadcast_to(pad, (batch, seq, width)).copy()
+    for b, n in enumerate(rng.integers(1, (most or seq) + 1, batch)):
+        x[b, :n] = rng.normal(0, 1, (n, width))
+    return x.astype(np_dtype(dtype))
+
+
 def warm(part: str, claims: str | None = None, last_first: bool = False) -> None:
     """Compile (or load from numba's on-disk cache) one part of the numba kernels: ``"decoders"`` (one
     per supported dtype) or ``"encoders"`` (one per word size), so that two processes can compile them

@@ -1,24 +1,27 @@
-"""Golden streams: the bytes of every format version decode forever; the current version's
-(format v7 / codebook family v2) are pinned (regenerate only with a version bump)."""
+"""Golden streams: the bytes of every format version decode forever; those of the versions the encoders
+write (format v7, and v9 where a stream has a row-repeat section / codebook family v2) are pinned
+(regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
 import codec
 from codec.codebook import REF_MIN
-from codec.format import FORMAT_VERSION
+from codec.format import DRAFT_VERSIONS, FORMAT_VERSION, READ_VERSIONS, REPEATS_VERSION
 from codec.layouts import layout_named
 from tests import golden
 from tests.helpers import assert_bit_equal, np_dtype
+
+WRITTEN_VERSIONS = (FORMAT_VERSION, REPEATS_VERSION)      # what the encoders write today: their bytes are pinned
 
 
 @pytest.mark.parametrize("case", golden.cases(), ids=golden.case_id)
 def test_golden_stream(case):
     version, name = case
     m, raw, want = golden.read(version, name)
-    x = np.frombuffer(raw, dtype=np_dtype(m["dtype"]))
+    x = np.frombuffer(raw, dtype=np_dtype(m["dtype"])).reshape(m.get("shape", [-1]))
     assert codec.inspect(want)["format_version"] == version
     assert_bit_equal(codec.decode(want), x)                       # old streams decode forever
-    if version != FORMAT_VERSION:
+    if version not in WRITTEN_VERSIONS:
         return
     got = codec.encode(x, chunk_size=m["chunk_size"], checksum=m["checksum"])
     assert got == want, (f"encoder output changed for {name}: bump codec.format.FORMAT_VERSION or the "
@@ -26,7 +29,7 @@ def test_golden_stream(case):
 
 
 def test_every_version_has_golden_streams():
-    assert golden.versions() == list(range(1, FORMAT_VERSION + 1))
+    assert golden.versions() == [v for v in READ_VERSIONS if v not in DRAFT_VERSIONS]
 
 
 def test_v2_changed_no_chunk_of_v1_but_the_sign_mode():
@@ -54,7 +57,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (9, 2)}
     assert new_ids > 0
 
 
@@ -195,3 +198,28 @@ def test_v7_changed_only_explicit_chunks():
     assert {(True, False, False, False), (True, False, True, False), (True, True, True, True), (False, False, False, False)} <= seen
     info = codec.inspect(golden.read(7, "mixture_zeros_f16")[2])["chunks"]    # inspect names the table
     assert all(c["shape"] == "explicit" and sum(c["frequencies"]) == fmt.TOTAL and c["table_nbytes"] > 4 for c in info)
+
+
+def test_v9_changed_only_the_row_repeat_section():
+    """Format v9 added the row-repeat section and changed nothing else: each v9 golden stream is the version-7
+    stream of its input with the repeated rows cleared to +0, but for the version byte, FLAG_REPEATS and the
+    section after the chunk table (in a fixed-width head and in a compact one with checksums)."""
+    fmt = codec.format
+    heads = set()
+    for name in golden.manifest(9):
+        m, raw, want = golden.read(9, name)
+        x = np.frombuffer(raw, dtype=np_dtype(m["dtype"])).reshape(m["shape"])
+        h = fmt.parse_header(want)
+        rep = h.repeats
+        assert h.version == REPEATS_VERSION and h.flags & fmt.FLAG_REPEATS and rep.row == m["shape"][-1]
+        cleared = codec.repeats.cleared(x.reshape(-1).view(h.layout.uint), rep.row, rep.dst)
+        v7 = bytes(codec.encode(cleared.view(x.dtype).reshape(x.shape), chunk_size=m["chunk_size"],
+                                checksum=m["checksum"], partition=[0, x.size]))     # (partition: no section)
+        h7 = fmt.parse_header(v7)
+        assert h7.version == FORMAT_VERSION and h7.repeats is None
+        assert v7[h7.payload_start:] == want[h.payload_start:]
+        assert (h7.kinds == h.kinds).all() and (h7.ends == h.ends).all()
+        rows = x.reshape(-1, rep.row).view(h.layout.uint)
+        assert (rows[rep.dst] == rows[rep.src]).all() and not np.isin(rep.src, rep.dst).any()
+        heads.add((bool(h.flags & fmt.FLAG_COMPACT), h.checksum))
+    assert heads == {(False, False), (True, True)}

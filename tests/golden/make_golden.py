@@ -1,7 +1,8 @@
-"""Write the golden fixtures of the current format version: ``python -m tests.golden.make_golden``.
+"""Write the golden fixtures of a format version the encoders write: ``python -m tests.golden.make_golden
+[VERSION]`` (FORMAT_VERSION by default, or REPEATS_VERSION: the streams with a row-repeat section).
 
 Run this only together with a format or codebook-family version bump: it writes
-``tests/golden/v<FORMAT_VERSION>/``, whose bytes ``tests/test_golden.py`` pins (the encoder must
+``tests/golden/v<VERSION>/``, whose bytes ``tests/test_golden.py`` pins (the encoder must
 reproduce them); the folders of older versions stay as they are, decoded forever.
 """
 import json
@@ -9,9 +10,10 @@ import json
 import numpy as np
 
 import codec
-from codec.format import FORMAT_VERSION
+from codec.format import FORMAT_VERSION, REPEATS_VERSION
+from codec.layouts import layout_for
 from tests.golden import ROOT
-from tests.helpers import make_values
+from tests.helpers import make_values, padded_batch
 
 CASES = {
     # name: (distribution, dtype, n, seed, log10 sigma, chunk_size, checksum)
@@ -113,11 +115,30 @@ def make_input(name: str) -> np.ndarray:
     return x
 
 
-def main():
-    folder = ROOT / f"v{FORMAT_VERSION}"
+# format v9 (REPEATS_VERSION): a row-repeat section; the inputs are tensors of at least
+# codec.repeats.MIN_TENSOR_BYTES, kept as their distinct rows and each row's index among them (.npz)
+REPEAT_CASES = {
+    # name: (dtype, shape, seed, most tokens a sequence, chunk_size, checksum)
+    "padded_bf16": ("bfloat16", (64, 128, 64), 40, 8, 65536, False),           # fixed-width head, 8 chunks
+    "padded_f32_crc": ("float32", (32, 128, 64), 41, 8, 1 << 17, True),         # compact head, checksums
+}
+
+
+def main(version: int = FORMAT_VERSION):
+    folder = ROOT / f"v{version}"
     folder.mkdir(exist_ok=True)
     manifest = {}
-    for name, (_, dtype, n, _, _, cs, crc) in CASES.items():
+    if version == REPEATS_VERSION:
+        for name, (dtype, shape, seed, most, cs, crc) in REPEAT_CASES.items():
+            x = padded_batch(dtype, *shape, seed, most)
+            rows, index = np.unique(x.reshape(-1, shape[-1]).view(layout_for(x.dtype).uint), axis=0, return_inverse=True)
+            np.savez_compressed(folder / f"{name}.input.npz", rows=rows, index=index.ravel().astype(np.uint32))
+            blob = codec.encode(x, chunk_size=cs, checksum=crc, backend="reference")
+            assert codec.inspect(blob)["format_version"] == version, name
+            (folder / f"{name}.zccl").write_bytes(blob)
+            manifest[name] = {"dtype": dtype, "numel": x.size, "shape": list(shape), "chunk_size": cs,
+                              "checksum": crc, "nbytes": len(blob)}
+    for name, (_, dtype, n, _, _, cs, crc) in CASES.items() if version == FORMAT_VERSION else ():
         x = make_input(name)
         (folder / f"{name}.input").write_bytes(x.tobytes())
         blob = codec.encode(x, chunk_size=cs, checksum=crc, backend="reference")
@@ -128,4 +149,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else FORMAT_VERSION)
