@@ -281,6 +281,10 @@ def _print_inspect(path: str, info: dict, out) -> None:
               f"{info['bits_per_value']:.3f} bits/value", file=out)
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(info["chunk_kinds"].items())) or "none"
         print(f"  chunk kinds: {kinds}", file=out)
+        rep = info.get("row_repeats")
+        if rep:
+            print(f"  row repeats: {rep['rows']:,} rows of {rep['row_values']:,} values repeat earlier rows "
+                  f"({rep['nbytes']:,} bytes)", file=out)
         return
     print(f"{path}: zipccl archive v{info['version']} of a {info['kind']} file", file=out)
     print(f"  {info['original_nbytes']:,} -> {info['archive_nbytes']:,} bytes: ratio {info['ratio']:.3f}x; "

@@ -10,18 +10,23 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 
 1. only tensors of two or more dimensions, of at least :data:`MIN_TENSOR_BYTES` bytes, whose rows hold at
    least :data:`MIN_ROW_BYTES` bytes;
-2. a gate on a random sample of rows (one per :data:`GATE_BYTES` bytes, drawn from a fixed seed): at
-   least 1 in :data:`MIN_SHARE` of them repeats another sampled row exactly.  (Rows that repeat rarely, each once in a large tensor, seldom meet in the sample:
+2. a gate on a random sample of rows (one per :data:`GATE_BYTES` bytes, at most :data:`SAMPLE_MAX`, drawn
+   from a fixed seed): at least 1 in :data:`MIN_SHARE` of them has the first 8 bytes of another sampled
+   row, not +0, then (compared whole) the sampled rows that repeat another hold at least 1 in
+   :data:`MIN_SHARE` of the sample's words other than +0.  (Rows that repeat rarely, each once in a large tensor, seldom meet in the sample:
    the gate looks for rows that repeat often, as padding's do);
 3. then every row: a 64-bit key of a row's first, middle and last 8 bytes groups the rows; a row that
    equals the first row of its key (compared word for word) repeats it; rows whose key is 0 (all +0 there,
    as zero rows are) are left to the chunks (a zero-block bitmap codes a zero row in a few bits);
-4. the section is kept where the repeated rows' raw bytes are at least :data:`MIN_GAIN` times its size.
+4. the section is kept where the repeated rows' words other than +0 take at least :data:`MIN_GAIN` times
+   its bytes (a repeated row of a few non-zero values, a quantised one-hot attention row, saves little).
 
 Chunk payloads then code the repeated rows as +0 (the encoder codes a copy of the words with those rows
 cleared; the caller's tensor is never written).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -34,6 +39,8 @@ MIN_SHARE = 32            # the gate: at least 1 in MIN_SHARE sampled rows repea
 MIN_GAIN = 16             # the section: repeated raw bytes at least MIN_GAIN times its size
 VERIFY_BYTES = 1 << 16    # candidate rows compared this many bytes at a time (scratch that stays in cache)
 SAMPLE_SEED = 0x5EED
+SAMPLE_MAX = 4096         # the gate's most sampled rows
+_RANDOM = np.random.Generator(np.random.PCG64(SAMPLE_SEED)).integers(0, 1 << 62, SAMPLE_MAX)
 _MIX = np.array([1, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)   # odd multipliers
 
 
@@ -61,9 +68,9 @@ def _byte_rows(words, rowbytes: int):
 def _keys(words, rowbytes: int, rows: np.ndarray | None = None) -> np.ndarray:
     """A 64-bit key of each of the rows ``rows`` (default: every row): its first, middle and last 8 bytes,
     mixed (0 for a row whose 24 bytes are +0)."""
+    mid = rowbytes // 2 // 8 * 8
     b = _byte_rows(words, rowbytes)
     at = slice(None) if rows is None else rows if isinstance(b, np.ndarray) else _device_index(rows, b)
-    mid = rowbytes // 2 // 8 * 8
     parts = [b[at, 0:8], b[at, mid:mid + 8], b[at, rowbytes - 8:rowbytes]]
     if not isinstance(b, np.ndarray):
         parts = [p.cpu().numpy() for p in parts]
@@ -102,26 +109,52 @@ def find(words, shape, itemsize: int):
     if not row:
         return None
     rowbytes = row * itemsize
-    m = min(n_rows, max(2, n_rows * rowbytes // GATE_BYTES))
+    m = min(max(2, n_rows * rowbytes // GATE_BYTES), len(_RANDOM))
     # a random sample (a fixed seed: every backend and machine picks the same rows), not an evenly spaced
-    # or low-discrepancy one: those sample one or every position of a sequence's, and meet no repeat
-    pick = np.unique(np.random.Generator(np.random.PCG64(SAMPLE_SEED)).integers(0, n_rows, m))
-    m = len(pick)
-    keys = _keys(words, rowbytes, pick)
-    u = np.unique(keys[keys != 0])
-    if (keys != 0).sum() - len(u) < max(1, m // MIN_SHARE):        # too few sampled keys repeat
+    # or low-discrepancy one: those sample one or every position of a sequence's, and meet no repeat.
+    # First the rows' first 8 bytes alone (few NumPy calls: this runs on every tensor searched)...
+    pick, at = _sample(n_rows, rowbytes, m)
+    if isinstance(words, np.ndarray):
+        head = words.view(np.uint8)[at]
+    else:
+        import torch
+
+        head = words.view(torch.uint8)[_device_index(at, words)].cpu().numpy()
+    k = head.view("<u8").ravel().tolist()
+    zeros = k.count(0)
+    if (len(k) - len(set(k)) - max(zeros - 1, 0)) * MIN_SHARE < len(k):
         return None
+    # ...then the sampled rows compared whole
     host = words if isinstance(words, np.ndarray) else words.cpu().numpy()
-    if len(_matches(host, row, pick, keys)[0]) * MIN_SHARE < m:      # ... or too few sampled rows
+    dst, _ = _matches(host, row, pick, _keys(host, rowbytes, pick))
+    if _nonzero_bytes(host, row, dst) * MIN_SHARE < _nonzero_bytes(host, row, pick):
         return None
     every = np.arange(n_rows, dtype=np.int64)
     dst, src = _matches(host, row, every, _keys(host, rowbytes))
     if not len(dst):
         return None
     section = fmt.pack_repeats(row, dst, src)
-    if len(dst) * rowbytes < MIN_GAIN * len(section):
+    if _nonzero_bytes(host, row, dst) < MIN_GAIN * len(section):     # the +0 words cost little in the chunks
         return None
     return row, dst, src, section
+
+
+@functools.lru_cache(maxsize=64)
+def _sample(n_rows: int, rowbytes: int, m: int):
+    """The gate's sampled rows (distinct, ascending) and the offsets of their first 8 bytes (cached: a
+    training loop encodes tensors of the same shapes again and again)."""
+    pick = np.unique(_RANDOM[:m] % n_rows)
+    at = (pick[:, None] * rowbytes + np.arange(8)).ravel()
+    for a in (pick, at):
+        a.flags.writeable = False
+    return pick, at
+
+
+def _nonzero_bytes(words: np.ndarray, row: int, rows: np.ndarray) -> int:
+    """Bytes of the words other than +0 in the rows ``rows``."""
+    whole = words[:(len(words) // row) * row].reshape(-1, row)
+    step = max(1, VERIFY_BYTES // (row * words.itemsize))
+    return words.itemsize * sum(int(np.count_nonzero(whole[rows[a:a + step]])) for a in range(0, len(rows), step))
 
 
 def _device_index(a: np.ndarray, like):

@@ -185,6 +185,13 @@ def test_inspect_bare_stream(tmp_path, capsys):
     assert main(["inspect", str(p)]) == 0
     out = capsys.readouterr().out
     assert "float32" in out and "ratio" in out and "(100, 30)" in out and "coded" in out
+    assert "row repeats" not in out
+    from tests.helpers import padded_batch
+
+    p.write_bytes(codec.encode(padded_batch("bfloat16", 40, 128, 128, 1, 20)))    # 1.3 MB, rows repeated
+    assert main(["inspect", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "format v9" in out and "row repeats: " in out and " rows of 128 values repeat earlier rows" in out
 
 
 def test_corrupted_and_truncated_archives(st_file, tmp_path, capsys):
