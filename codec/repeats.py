@@ -35,8 +35,8 @@ from . import format as fmt
 MIN_ROW_BYTES = 64        # shorter rows: a section entry (2-4 bytes) would take most of what a repeat saves
 MIN_TENSOR_BYTES = 1 << 20   # smaller tensors are not searched (the search's fixed cost against their encode)
 GATE_BYTES = 32768        # the gate samples one row per this many bytes of the tensor (at least 2)
-MIN_SHARE = 32            # the gate: at least 1 in MIN_SHARE sampled rows repeats another sampled row
-MIN_GAIN = 16             # the section: repeated raw bytes at least MIN_GAIN times its size
+MIN_SHARE = 32            # the gate: 1 in MIN_SHARE sampled rows' keys repeat, and of their non-+0 bytes
+MIN_GAIN = 16             # the section: the repeated rows' non-+0 bytes at least MIN_GAIN times its size
 VERIFY_BYTES = 1 << 16    # candidate rows compared this many bytes at a time (scratch that stays in cache)
 SAMPLE_SEED = 0x5EED
 SAMPLE_MAX = 4096         # the gate's most sampled rows
@@ -54,31 +54,23 @@ def _row_count(shape, numel: int, itemsize: int) -> tuple[int, int]:
     return row, numel // row
 
 
-def _byte_rows(words, rowbytes: int):
-    """The whole rows of ``words`` (NumPy, or a torch tensor on a device) as a 2-D array of bytes (a view)."""
-    if isinstance(words, np.ndarray):
-        b = words.view(np.uint8)
-    else:
-        import torch
-
-        b = words.view(torch.uint8)
+def _byte_rows(words: np.ndarray, rowbytes: int) -> np.ndarray:
+    """The whole rows of ``words`` as a 2-D array of bytes (a view)."""
+    b = words.view(np.uint8)
     return b[:(len(b) // rowbytes) * rowbytes].reshape(-1, rowbytes)
 
 
-def _keys(words, rowbytes: int, rows: np.ndarray | None = None) -> np.ndarray:
+def _keys(words: np.ndarray, rowbytes: int, rows: np.ndarray | None = None) -> np.ndarray:
     """A 64-bit key of each of the rows ``rows`` (default: every row): its first, middle and last 8 bytes,
     mixed (0 for a row whose 24 bytes are +0)."""
     mid = rowbytes // 2 // 8 * 8
     b = _byte_rows(words, rowbytes)
-    at = slice(None) if rows is None else rows if isinstance(b, np.ndarray) else _device_index(rows, b)
-    parts = [b[at, 0:8], b[at, mid:mid + 8], b[at, rowbytes - 8:rowbytes]]
-    if not isinstance(b, np.ndarray):
-        parts = [p.cpu().numpy() for p in parts]
-    k = np.concatenate(parts, axis=1).view("<u8")
+    at = slice(None) if rows is None else rows
+    k = np.concatenate([b[at, 0:8], b[at, mid:mid + 8], b[at, rowbytes - 8:rowbytes]], axis=1).view("<u8")
     return np.bitwise_xor.reduce(k * _MIX, axis=1)
 
 
-def _matches(words, row: int, rows: np.ndarray, keys: np.ndarray):
+def _matches(words: np.ndarray, row: int, rows: np.ndarray, keys: np.ndarray):
     """``(dst, src)``: each of the rows ``rows`` (ascending, of ``row`` values of the NumPy ``words``) that
     equals the first row of its key with a key other than 0, and that first row; dst ascending."""
     order = np.argsort(keys, kind="stable")          # by key, then by row

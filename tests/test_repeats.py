@@ -150,6 +150,11 @@ def test_the_device_encoder_and_decoder_agree_with_the_host(small_tensors):
     assert fmt.parse_header(want).repeats is not None
     assert bytes(codec.encode(x, chunk_size=512, backend="triton")) == want
     assert_bit_equal(codec.decode(want, backend="triton"), x)
+    import torch
+    from codegen import device
+
+    h, words = device.decode_stream(torch.frombuffer(bytearray(want), dtype=torch.uint8))   # a stream "there"
+    assert h.repeats is not None and (words.numpy().view(np.uint16) == bits(x).reshape(-1)).all()
 
 
 @settings(max_examples=40, deadline=None)
