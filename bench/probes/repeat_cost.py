@@ -12,23 +12,14 @@ Decode time where a section was written.  Prints a markdown table and the CPU mo
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import codec
 from bench.corpus import build_corpus_f32, cast, uint_view
+from bench.speed import _best
 from bench.speed import _cpu_model as cpu_model
 from codec import repeats
-
-
-def _best(f, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def main(argv=None) -> int:
