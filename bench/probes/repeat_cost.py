@@ -46,13 +46,13 @@ def main(argv=None) -> int:
             with_, without = codec.encode(x), codec.encode(x, partition=off)
             t_on, t_off = [], []
             for _ in range(a.rounds):                 # alternating, paired: the host's drift cancels
-                t_off.append(_best(lambda: codec.encode(x, partition=off), 1))
-                t_on.append(_best(lambda: codec.encode(x), 1))
+                t_off.append(_best(lambda: codec.encode(x, partition=off), 1)[0])
+                t_on.append(_best(lambda: codec.encode(x), 1)[0])
             ratio = float(np.median(np.array(t_on) / np.array(t_off)))
             t_on, t_off = float(np.median(t_on)), float(np.median(t_off))
-            t_find = _best(lambda: repeats.find(w, x.shape, x.itemsize), a.rounds)
+            t_find = _best(lambda: repeats.find(w, x.shape, x.itemsize), a.rounds)[0]
             rep = codec.inspect(with_)["row_repeats"]
-            dec = f"{1e3 * _best(lambda: codec.decode(with_), a.rounds):.2f}" if rep else "-"
+            dec = f"{1e3 * _best(lambda: codec.decode(with_), a.rounds)[0]:.2f}" if rep else "-"
             print(f"| {name} | {dt} | {tuple(x.shape)} | {rep['rows'] if rep else 0} | {x.nbytes / len(without):.3f} | "
                   f"{x.nbytes / len(with_):.3f} | {1e3 * t_off:.2f} | {1e3 * t_on:.2f} | {ratio:.3f} | "
                   f"{1e3 * t_find:.3f} | {dec} |", flush=True)
