@@ -354,25 +354,25 @@ def _range_repeats(h, buf, first: int, out: np.ndarray, impl) -> None:
     a = first * cs
     b = a + len(out)
     lo, hi = np.searchsorted(rep.dst, [a // rep.row, -(-b // rep.row)])
-    if lo == hi:
-        return
     at = np.arange(rep.row, dtype=np.int64)
-    to = (rep.dst[lo:hi, None] * rep.row + at).ravel()
-    fro = (rep.src[lo:hi, None] * rep.row + at).ravel()
-    keep = (to >= a) & (to < b)
-    to, fro = to[keep], fro[keep]
-    vals = np.empty(len(fro), dtype=out.dtype)
-    inside = (fro >= a) & (fro < b)
-    vals[inside] = out[fro[inside] - a]
-    elsewhere = np.unique(fro[~inside] // cs)
-    fmt.verify_chunk_crcs(h, buf, elsewhere)
-    for c in elsewhere:
-        c = int(c)
-        words = impl.empty(h.chunk_len(c), h.layout.uint)
-        impl.decode_chunks(h, buf, range(c, c + 1), words)
-        sel = ~inside & (fro // cs == c)
-        vals[sel] = words[fro[sel] - c * cs]
-    out[to - a] = vals
+    step = max(1, fmt.REPEAT_COPY_WORDS // rep.row)
+    decoded = {}                                        # chunks outside ``out`` decoded for their sources
+    for r in range(lo, hi, step):
+        to = (rep.dst[r:min(r + step, hi), None] * rep.row + at).ravel()
+        fro = (rep.src[r:min(r + step, hi), None] * rep.row + at).ravel()
+        keep = (to >= a) & (to < b)
+        to, fro = to[keep], fro[keep]
+        vals = np.empty(len(fro), dtype=out.dtype)
+        inside = (fro >= a) & (fro < b)
+        vals[inside] = out[fro[inside] - a]
+        for c in np.unique(fro[~inside] // cs).tolist():
+            if c not in decoded:
+                fmt.verify_chunk_crcs(h, buf, [c])
+                decoded[c] = impl.empty(h.chunk_len(c), h.layout.uint)
+                impl.decode_chunks(h, buf, range(c, c + 1), decoded[c])
+            sel = ~inside & (fro // cs == c)
+            vals[sel] = decoded[c][fro[sel] - c * cs]
+        out[to - a] = vals
 
 
 def _to_family(words: np.ndarray, lay: FloatLayout, shape, torch_out: bool):

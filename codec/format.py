@@ -191,6 +191,7 @@ FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
 FLAG_REPEATS = 8                  # version 9: a row-repeat section follows the chunk table
 REPEAT_VARINT_BYTES = 7           # a repeat section's row gaps and distances: < 2^49 (rows < MAX_NUMEL = 2^48)
+REPEAT_COPY_WORDS = 1 << 20       # decoders copy repeated rows about this many words at a time (bounded scratch)
 COMPACT_MAX_CHUNKS = 4            # the most chunks a compact head describes
 COMPACT_FIXED = 8                 # magic, version, dtype, flags, ndim
 KIND_RAW, KIND_CODED, KIND_CONST, KIND_SPARSE = 0, 1, 2, 3
@@ -545,7 +546,9 @@ def apply_repeats(rep: Repeats, words) -> None:
     tensor) its source row's words."""
     if isinstance(words, np.ndarray):
         rows = words[:(len(words) // rep.row) * rep.row].reshape(-1, rep.row)
-        rows[rep.dst] = rows[rep.src]
+        step = max(1, REPEAT_COPY_WORDS // rep.row)
+        for a in range(0, rep.n_rows, step):
+            rows[rep.dst[a:a + step]] = rows[rep.src[a:a + step]]
     else:                                  # a torch tensor, on its device
         import torch
 

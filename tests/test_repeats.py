@@ -78,7 +78,7 @@ def test_host_backends_and_torch_and_out_write_the_same_bytes():
 
 
 @pytest.mark.parametrize("checksum", [False, True])
-def test_chunk_ranges_and_slices_take_rows_from_other_chunks(small_tensors, checksum):
+def test_chunk_ranges_and_slices_take_rows_from_other_chunks(small_tensors, monkeypatch, checksum):
     x = padded_batch("float16", 6, 32, 40, 3, 10)                             # 7680 values, rows of 40
     flat = bits(x).reshape(-1)
     cs = 1000                                                                 # rows straddle chunks
@@ -86,6 +86,7 @@ def test_chunk_ranges_and_slices_take_rows_from_other_chunks(small_tensors, chec
     h = fmt.parse_header(blob)
     assert h.repeats is not None and h.n_chunks == 8
     assert (h.repeats.src // (cs // 40) != h.repeats.dst // (cs // 40)).any()  # sources in other chunks
+    monkeypatch.setattr(fmt, "REPEAT_COPY_WORDS", 100)                        # rows copied a few at a time
     for first in range(h.n_chunks + 1):
         for last in range(first, h.n_chunks + 1):
             got = codec.decode_chunks(blob, first, last)
