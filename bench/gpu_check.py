@@ -142,6 +142,35 @@ def exactness(report, t0):
                                         "same_bytes": bool(torch.equal(streams["triton"], streams["cuda"]))})
             del streams, x
             torch.cuda.empty_cache()
+    _repeated_rows(report, cpu_backend)
+
+
+def _repeated_rows(report, cpu_backend) -> None:
+    """Format 9: a padded batch's repeated rows, encoded from the GPU (the search's gate reads the device
+    tensor; the rows are then compared on the host) and decoded there (the section applied to the device's
+    words): the CPU encoder's bytes, the input's bits."""
+    import torch
+
+    import codec
+    from tests.helpers import padded_batch
+
+    x = padded_batch("bfloat16", 17, 128, 256, 1, 40)
+    want = bytes(codec.encode(x, backend=cpu_backend))
+    xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
+    for dialect in ("triton", "cuda"):
+        row = {"dtype": "bfloat16", "n": int(x.size), "dialect": dialect, "case": "format 9 row repeats"}
+        try:
+            s = codec.encode(xt, backend=dialect)
+            y = codec.decode(s, backend=dialect)
+            _sync()
+            row["format_version"] = codec.inspect(s.cpu().numpy())["format_version"]
+            row["same_bytes_as_cpu_encoder"] = bytes(s.cpu().numpy()) == want
+            row["roundtrip_bit_exact"] = bool(torch.equal(_bits(y), _bits(xt)))
+        except Exception as e:                        # noqa: BLE001  (recorded, the check goes on)
+            row["error"] = f"{type(e).__name__}: {e}"[:500]
+            row["trace"] = traceback.format_exc()[-1500:]
+        report["exact"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "trace"}), flush=True)
 
 
 def throughput(report):
