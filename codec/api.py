@@ -155,8 +155,11 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
     if found is not None:              # as the host encoders: the section where it pays, on the device
         stream = dev.encode_stream(repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size, flags,
                                    found[3])
-        if stream.numel() > bound:
-            stream = None
+        plain = None
+        if _plain_may_win(stream.numel(), len(found[3]), bound):
+            plain = dev.encode_stream(words, lay, shape, chunk_size, flags)
+        if stream.numel() > bound or (plain is not None and plain.numel() <= stream.numel()):
+            stream = plain
     if stream is None:
         stream = dev.encode_stream(words, lay, shape, chunk_size, flags)
     n = stream.numel()
@@ -272,12 +275,20 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         stream = _encode_host(impl, repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size,
                               checksum, flags, pos + len(section), dst if room else None, section)
         n = stream if isinstance(stream, int) else len(stream)
-        if n <= bound:                    # else: the section did not pay for itself: code the words as they are
+        plain = None
+        if _plain_may_win(n, len(section), bound):
+            plain = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, b"")
+        if n <= bound and (plain is None or n < len(plain)):
             if dst is None:
                 return stream
             if not room:
                 dst[:n] = np.frombuffer(stream, np.uint8)
             return result(n)
+        if plain is not None:             # the words as they are made the smaller stream
+            if dst is None:
+                return plain
+            dst[:len(plain)] = np.frombuffer(plain, np.uint8)
+            return result(len(plain))
     stream = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, b"")
     return stream if dst is None else result(stream)
 
@@ -289,6 +300,14 @@ def _find_repeats(words, shape, lay, partition):
     if partition is not None or fmt.WRITE_VERSION != fmt.FORMAT_VERSION:
         return None
     return repeats.find(words, shape, lay.itemsize)
+
+
+def _plain_may_win(n: int, section: int, bound: int) -> bool:
+    """Whether an encoder also codes the words without their row-repeat section (``section`` bytes of a
+    stream of ``n`` within ``bound``) and keeps the smaller stream (a tie: the one without): where the
+    section is a quarter of the stream or more, the repeated rows may have cost little in the chunks (a
+    constant tensor's rows: CONST chunks either way).  Past the bound the stream is coded without it."""
+    return n <= bound and 4 * section >= n
 
 
 def _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, section):

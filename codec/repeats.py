@@ -21,7 +21,9 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 4. the section is kept where the repeated rows' words other than +0 take at least :data:`MIN_GAIN` times
    its bytes (a repeated row of a few non-zero values, a quantised one-hot attention row, saves little).
 
-Chunk payloads then code the repeated rows as +0 (the encoder codes a copy of the words with those rows
+(codec.api also codes the words without the section where the section is a quarter of the stream or more,
+and keeps the smaller stream: a constant tensor's rows are CONST chunks either way.)  Chunk payloads then
+code the repeated rows as +0 (the encoder codes a copy of the words with those rows
 cleared; the caller's tensor is never written).
 """
 from __future__ import annotations

@@ -124,6 +124,19 @@ def test_no_section_where_there_is_nothing_to_gain(small_tensors, monkeypatch):
     assert fmt.parse_header(codec.encode(x)).version == 6
 
 
+def test_a_section_larger_than_what_it_saves_is_dropped(small_tensors):
+    """Every row the same constant: the chunks are CONST with or without the section, which would only add
+    its bytes: the encoder, having coded both, keeps the stream without it (version 7)."""
+    x = np.ones((400, 40), np_dtype("bfloat16"))
+    blob = codec.encode(x, chunk_size=4000)
+    h = fmt.parse_header(blob)
+    assert h.repeats is None and h.version == fmt.FORMAT_VERSION and (h.kinds == fmt.KIND_CONST).all()
+    assert repeats.find(bits(x).reshape(-1), x.shape, 2) is not None          # (the search did find the rows)
+    buf = np.zeros(codec.max_encoded_size(x, chunk_size=4000), np.uint8)
+    assert bytes(codec.encode(x, chunk_size=4000, out=buf)) == bytes(blob)
+    assert_bit_equal(codec.decode(blob), x)
+
+
 def test_a_section_that_does_not_pay_is_dropped_within_the_bound(monkeypatch):
     """Rows of random bits, two of them +0: every chunk is stored raw, clearing the repeat changes no
     payload, so a section would only add bytes to a stream already at max_encoded_size; forced on them, the
@@ -156,6 +169,10 @@ def test_the_device_encoder_and_decoder_agree_with_the_host(small_tensors):
 
     h, words = device.decode_stream(torch.frombuffer(bytearray(want), dtype=torch.uint8))   # a stream "there"
     assert h.repeats is not None and (words.numpy().view(np.uint16) == bits(x).reshape(-1)).all()
+    ones = np.ones((32, 32), x.dtype)                     # a section larger than it saves: dropped there too
+    want = bytes(codec.encode(ones, chunk_size=512))
+    assert fmt.parse_header(want).repeats is None
+    assert bytes(codec.encode(ones, chunk_size=512, backend="triton")) == want
 
 
 @settings(max_examples=40, deadline=None)
