@@ -13,18 +13,18 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 2. a gate on a random sample of rows (one per :data:`GATE_BYTES` bytes, at most :data:`SAMPLE_MAX`, drawn
    from a fixed seed): at least 1 in :data:`MIN_SHARE` of them has the first 8 bytes of another sampled
    row, not +0, then (compared whole) the sampled rows that repeat another hold at least 1 in
-   :data:`MIN_SHARE` of the sample's words other than +0.  (Rows that repeat rarely, each once in a large tensor, seldom meet in the sample:
-   the gate looks for rows that repeat often, as padding's do);
+   :data:`MIN_SHARE` of the sample's words other than +0 (rows that repeat rarely, each once in a large
+   tensor, seldom meet in the sample: the gate looks for rows that repeat often, as padding's do);
 3. then every row: a 64-bit key of a row's first, middle and last 8 bytes groups the rows; a row that
    equals the first row of its key (compared word for word) repeats it; rows whose key is 0 (all +0 there,
    as zero rows are) are left to the chunks (a zero-block bitmap codes a zero row in a few bits);
 4. the section is kept where the repeated rows' words other than +0 take at least :data:`MIN_GAIN` times
    its bytes (a repeated row of a few non-zero values, a quantised one-hot attention row, saves little).
 
-(codec.api also codes the words without the section where the section is a quarter of the stream or more,
-and keeps the smaller stream: a constant tensor's rows are CONST chunks either way.)  Chunk payloads then
-code the repeated rows as +0 (the encoder codes a copy of the words with those rows
-cleared; the caller's tensor is never written).
+Chunk payloads then code the repeated rows as +0 (the encoder codes a copy of the words with those rows
+cleared; the caller's tensor is never written).  Where the section is a quarter of the stream or more,
+codec.api also codes the words without it and keeps the smaller stream (a constant tensor's rows are CONST
+chunks either way).
 """
 from __future__ import annotations
 
