@@ -373,9 +373,11 @@ def _varint_nbytes(v, max_bytes: int = SPARSE_GAP_BYTES):
 def _pack_varints(v: np.ndarray, max_bytes: int) -> bytes:
     """The LEB128 varints of the values ``v`` (each below ``2^(7 max_bytes)``), back to back."""
     v = np.asarray(v, dtype=np.int64)
-    n_b = _varint_nbytes(v, max_bytes)
+    if len(v):                              # no wider than the largest value needs
+        max_bytes = min(max_bytes, max(1, -(-int(v.max()).bit_length() // 7)))
+    n_b = np.broadcast_to(_varint_nbytes(v, max_bytes), v.shape)
     vb = np.stack([((v >> 7 * k) & 0x7F) | ((n_b > k + 1) << 7) for k in range(max_bytes)], axis=1)
-    return vb[np.arange(max_bytes)[None, :] < np.asarray(n_b)[:, None]].astype(np.uint8).tobytes()
+    return vb[np.arange(max_bytes)[None, :] < n_b[:, None]].astype(np.uint8).tobytes()
 
 
 def _parse_varints(b: np.ndarray, k: int, max_bytes: int, bad, what: str) -> np.ndarray:

@@ -209,6 +209,21 @@ def test_any_row_pattern_round_trips(dtype, rows, width, distinct, seed, cs, tai
     assert (bits(codec.decode_chunks(blob, first, last)) == bits(x).reshape(-1)[first * cs:min(last * cs, x.size)]).all()
 
 
+def test_vectorised_varints_are_the_scalar_ones():
+    """The section's (and SPARSE chunks') varints, packed and parsed many at a time: the bytes of the scalar
+    LEB128 form, back to the values, at every width up to the limit."""
+    rng = np.random.default_rng(12)
+    for limit in (fmt.SPARSE_GAP_BYTES, fmt.REPEAT_VARINT_BYTES):
+        for top in (0, 1, 127, 128, 2**14 - 1, 2**14, 2**21 - 1, 2**35, 2**49 - 1):
+            if top >> (7 * limit):
+                continue
+            v = rng.integers(0, top + 1, 500)
+            v[0] = top
+            b = fmt._pack_varints(v, limit)
+            assert b == b"".join(fmt._varint(int(u)) for u in v), (limit, top)
+            assert (fmt._parse_varints(np.frombuffer(b, np.uint8), len(v), limit, ValueError, "x") == v).all()
+
+
 # ---- bad input: forged sections ---------------------------------------------------------------------
 
 def _stream_with(section: bytes, *, compact=False, checksum=False, numel=4000, row=40, chunk_size=1000):
