@@ -574,7 +574,7 @@ def inspect(buf) -> dict:
     numel = h.numel
     return {"format_version": h.version, "dtype": lay.name, "shape": h.shape, "numel": numel,
             "chunk_size": h.chunk_size, "n_chunks": h.n_chunks, "checksum": h.checksum,
-            "row_repeats": None if h.repeats is None else {"row_values": h.repeats.row, "rows": h.repeats.n_rows,
+            "row_repeats": None if h.repeats is None else {"row_values": h.repeats.row, "rows": h.repeats.n_repeated,
                                                              "nbytes": h.repeats.nbytes},
             "nbytes": total, "raw_nbytes": numel * lay.itemsize,
             "ratio": numel * lay.itemsize / total if total else math.inf,

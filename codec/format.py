@@ -483,7 +483,8 @@ class Repeats:
     nbytes: int              # the section's bytes in the stream
 
     @property
-    def n_rows(self) -> int:
+    def n_repeated(self) -> int:
+        """How many rows repeat an earlier one (not the tensor's rows: ``numel // row``)."""
         return len(self.dst)
 
 
@@ -549,7 +550,7 @@ def apply_repeats(rep: Repeats, words) -> None:
     if isinstance(words, np.ndarray):
         rows = words[:(len(words) // rep.row) * rep.row].reshape(-1, rep.row)
         step = max(1, REPEAT_COPY_WORDS // rep.row)
-        for a in range(0, rep.n_rows, step):
+        for a in range(0, rep.n_repeated, step):
             rows[rep.dst[a:a + step]] = rows[rep.src[a:a + step]]
     else:                                  # a torch tensor, on its device
         import torch
