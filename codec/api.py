@@ -7,7 +7,7 @@ import numpy as np
 
 from . import backends
 from . import format as fmt
-from . import repeats
+from . import filters, repeats
 from .codebook import PHASES, ZERO_LEVELS, codebook_params
 from .format import FormatError
 from .layouts import FloatLayout, as_words, host_array, is_torch, layout_for
@@ -150,18 +150,28 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
         words = torch.from_numpy(np.array(signed)).view(lay.torch_words).to(dev.device())
     chunk_size, _, bound = _chunk_plan(words.numel(), shape, lay, chunk_size, partition, checksum)
     flags = (fmt.FLAG_CHECKSUM if checksum else 0) | (fmt.FLAG_TORCH if from_torch else 0)
+    def code(w, section=b""):          # as the host encoders: the row filter where its gate opens
+        coded = dev.encode_stream(w, lay, shape, chunk_size, flags, section)
+        width = _find_filter(w, shape, lay, chunk_size)
+        if width:
+            up = dev.encode_stream(filters.forward_torch(w, lay, chunk_size, width), lay, shape, chunk_size, flags,
+                                   section)
+            merged = filters.merge(coded.cpu().numpy(), up.cpu().numpy(), width, repeats=section)
+            if len(merged) <= bound + len(section):
+                coded = torch.from_numpy(np.frombuffer(merged, np.uint8).copy()).to(coded.device)
+        return coded
+
     stream = None
     found = _find_repeats(words, shape, lay, partition)
     if found is not None:              # as the host encoders: the section where it pays, on the device
-        stream = dev.encode_stream(repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size, flags,
-                                   found[3])
+        stream = code(repeats.cleared(words, found[0], found[1]), found[3])
         plain = None
         if _plain_may_win(stream.numel(), len(found[3]), bound):
-            plain = dev.encode_stream(words, lay, shape, chunk_size, flags)
+            plain = code(words)
         if stream.numel() > bound or (plain is not None and plain.numel() <= stream.numel()):
             stream = plain
     if stream is None:
-        stream = dev.encode_stream(words, lay, shape, chunk_size, flags)
+        stream = code(words)
     n = stream.numel()
     if dev_x is not None:
         if out is None:
@@ -267,17 +277,25 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         if np.may_share_memory(dst, words) or np.may_share_memory(dst, _input_memory(x)):
             raise ValueError("out overlaps the tensor being encoded")
     found = _find_repeats(words, shape, lay, partition)
+    fast = backend != "reference"
     if found is not None:
         section = found[3]
+        base = repeats.cleared(words, found[0], found[1])
         # the payloads are coded after the section: where ``out`` lacks the room for every chunk raw
         # there, the stream is coded apart and copied (the same bytes whatever buffer is given)
         room = dst is None or len(dst) >= bound + len(section)
-        stream = _encode_host(impl, repeats.cleared(words, found[0], found[1]), lay, shape, chunk_size,
-                              checksum, flags, pos + len(section), dst if room else None, section)
+        width = _find_filter(base, shape, lay, chunk_size)
+        if width:
+            stream = _encode_filtered(impl, base, width, lay, shape, chunk_size, checksum, flags,
+                                      pos + len(section), section, fast)
+            room = False
+        else:
+            stream = _encode_host(impl, base, lay, shape, chunk_size, checksum, flags, pos + len(section),
+                                  dst if room else None, section)
         n = stream if isinstance(stream, int) else len(stream)
         plain = None
         if _plain_may_win(n, len(section), bound):
-            plain = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, b"")
+            plain = _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos, fast)
         if n <= bound and (plain is None or n < len(plain)):
             if dst is None:
                 return stream
@@ -289,8 +307,45 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
                 return plain
             dst[:len(plain)] = np.frombuffer(plain, np.uint8)
             return result(len(plain))
+    width = _find_filter(words, shape, lay, chunk_size)
+    if width:
+        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"", fast)
+        if len(stream) <= bound:
+            if dst is None:
+                return stream
+            dst[:len(stream)] = np.frombuffer(stream, np.uint8)
+            return result(len(stream))
     stream = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, b"")
     return stream if dst is None else result(stream)
+
+
+def _find_filter(words, shape, lay, chunk_size) -> int:
+    """The row width of the row filter (version 10) an encode tries, or 0: where the encoders write version 7
+    (a filter needs version 10, which is version 7's chunks) and :func:`codec.filters.choose` opens."""
+    if fmt.WRITE_VERSION != fmt.FORMAT_VERSION:
+        return 0
+    if is_torch(words):
+        return filters.choose_torch(words, shape, lay, chunk_size)
+    return filters.choose(words, shape, lay, chunk_size)
+
+
+def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, section, fast) -> bytearray:
+    """``words`` coded as they are and through the row filter, each chunk's smaller payload kept
+    (:func:`codec.filters.merge`); ``section``: a row-repeat section both carry."""
+    plain = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, section)
+    up = _encode_host(impl, filters.forward(words, lay, chunk_size, width, fast=fast), lay, shape, chunk_size,
+                      checksum, flags, pos, None, section)
+    return filters.merge(plain, up, width, repeats=section)
+
+
+def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos, fast) -> bytearray:
+    """The stream of ``words`` without a row-repeat section: through the row filter where it is tried."""
+    width = _find_filter(words, shape, lay, chunk_size)
+    if width:
+        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"", fast)
+        if len(stream) <= pos + len(words) * lay.itemsize:
+            return stream
+    return _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, b"")
 
 
 def _find_repeats(words, shape, lay, partition):
@@ -358,6 +413,9 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     impl = backends.get(backend)
     out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
+    if h.filter is not None and n:
+        filters.inverse(out, h.layout, h.chunk_size, h.filter.width, h.filter.chunks, first,
+                        fast=backend != "reference")
     if h.repeats is not None and n:
         if n == h.numel:
             fmt.apply_repeats(h.repeats, out)
@@ -389,6 +447,8 @@ def _range_repeats(h, buf, first: int, out: np.ndarray, impl) -> None:
                 fmt.verify_chunk_crcs(h, buf, [c])
                 decoded[c] = impl.empty(h.chunk_len(c), h.layout.uint)
                 impl.decode_chunks(h, buf, range(c, c + 1), decoded[c])
+                if h.filter is not None:
+                    filters.inverse(decoded[c], h.layout, cs, h.filter.width, h.filter.chunks, c)
             sel = ~inside & (fro // cs == c)
             vals[sel] = decoded[c][fro[sel] - c * cs]
         out[to - a] = vals
@@ -527,6 +587,11 @@ def slice_stream(buf, first: int, last: int) -> bytes:
         raise IndexError(f"chunk range [{first}, {last}) outside [0, {h.n_chunks}]")
     if h.repeats is not None:
         return bytes(encode(decode_chunks(buf, first, last), chunk_size=h.chunk_size, checksum=h.checksum))
+    section, version = b"", max(h.version, fmt.FORMAT_VERSION)
+    if h.filter is not None:              # filtered chunks stay filtered: their rows start at their own first value
+        picked = h.filter.chunks[first:last]
+        section = fmt.pack_filter(h.filter.width, picked, h.filter.kind) if picked.any() else b""
+        version = fmt.FILTER_VERSION if section else fmt.FORMAT_VERSION
     numel = min(last * h.chunk_size, h.numel) - first * h.chunk_size if last > first else 0
     a = h.chunk_span(first)[0] if last > first else h.payload_start
     b = h.chunk_span(last - 1)[1] if last > first else h.payload_start
@@ -534,7 +599,7 @@ def slice_stream(buf, first: int, last: int) -> bytes:
     crcs = h.crcs[first:last] if h.checksum else None
     # the newer of the stream's version and the encoder's: every older payload is a valid newer one
     head = fmt.pack_header(h.layout, (numel,), h.chunk_size, h.flags & ~fmt.FLAG_TORCH, h.kinds[first:last],
-                           sizes, crcs, version=max(h.version, fmt.FORMAT_VERSION))
+                           sizes, crcs, version=version, filter=section)
     return head + bytes(memoryview(buf).cast("B")[a:b])
 
 
@@ -549,7 +614,7 @@ def inspect(buf) -> dict:
         a, b = h.chunk_span(i)
         n = h.chunk_len(i)
         info = {"index": i, "values": n, "kind": fmt.KIND_NAMES[int(h.kinds[i])], "nbytes": b - a,
-                "bits_per_value": 8 * (b - a) / n}
+                "bits_per_value": 8 * (b - a) / n, "filtered": bool(h.filter is not None and h.filter.chunks[i])}
         if h.kinds[i] == fmt.KIND_CODED:
             hd = fmt.parse_chunk_head(h, buf, i)
             if hd.codebook == fmt.CB_EXPLICIT:        # version 7: the chunk's own frequencies, not a fitted shape
@@ -576,6 +641,10 @@ def inspect(buf) -> dict:
             "chunk_size": h.chunk_size, "n_chunks": h.n_chunks, "checksum": h.checksum,
             "row_repeats": None if h.repeats is None else {"row_values": h.repeats.row, "rows": h.repeats.n_repeated,
                                                              "nbytes": h.repeats.nbytes},
+            "row_filter": None if h.filter is None else {"filter": fmt.FILTER_NAMES[h.filter.kind],
+                                                          "row_values": h.filter.width,
+                                                          "chunks": int(h.filter.chunks.sum()),
+                                                          "nbytes": h.filter.nbytes},
             "nbytes": total, "raw_nbytes": numel * lay.itemsize,
             "ratio": numel * lay.itemsize / total if total else math.inf,
             "bits_per_value": 8 * total / numel if numel else 0.0,

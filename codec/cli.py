@@ -285,6 +285,10 @@ def _print_inspect(path: str, info: dict, out) -> None:
         if rep:
             print(f"  row repeats: {rep['rows']:,} rows of {rep['row_values']:,} values repeat earlier rows "
                   f"({rep['nbytes']:,} bytes)", file=out)
+        filt = info.get("row_filter")
+        if filt:
+            print(f"  row filter: {filt['filter']} over rows of {filt['row_values']:,} values in {filt['chunks']:,} "
+                  f"chunks ({filt['nbytes']:,} bytes)", file=out)
         return
     print(f"{path}: zipccl archive v{info['version']} of a {info['kind']} file", file=out)
     print(f"  {info['original_nbytes']:,} -> {info['archive_nbytes']:,} bytes: ratio {info['ratio']:.3f}x; "

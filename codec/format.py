@@ -176,20 +176,24 @@ from .records import Record
 
 MAGIC = b"ZCCL"
 FORMAT_VERSION = 7                   # what the encoders write by default (the golden streams' newest version)
-READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)   # what the decoders read (8: a draft, see "Version 8" above)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)   # what the decoders read (8: a draft, see "Version 8" above)
 DRAFT_VERSIONS = (8,)                # read, written only on request, no golden streams yet
 REPEATS_VERSION = 9                  # version 7 plus a row-repeat section: what the encoders write where they write one
+FILTER_VERSION = 10                  # version 9 plus a row filter: what the encoders write where they write one
 #: what the encoders write: FORMAT_VERSION, or 6 (no explicit tables: the version-6 bytes of every chunk,
 #: which ``bench.ratio --format 6`` and the A/B benchmarks set to measure what version 7 adds), or 8 (the
 #: draft symbol layouts, written by the reference encoder only: ``bench.ratio --format 8``)
 WRITE_VERSION = FORMAT_VERSION
-FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 2}   # the codebook family each format version's streams use
+FAMILY_OF_VERSION = {1: 1, 2: 1, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 2, 10: 2}   # the codebook family each format version's streams use
 CB_EXPLICIT = 0xFFFF                 # version 7: a coded chunk's own frequency table follows its head
 EXPLICIT_MAX_BYTES = 3 + 2 * 2 + 80 * 2   # (v8: u8 layout,) u8 lo, u8 count, 2 + 80 varints of at most 2 bytes (f <= TOTAL < 2^14)
 FLAG_CHECKSUM = 1
 FLAG_TORCH = 2
 FLAG_COMPACT = 4                  # version 4: the compact head (varints, 2-bit kinds)
 FLAG_REPEATS = 8                  # version 9: a row-repeat section follows the chunk table
+FLAG_FILTER = 16                  # version 10: a row-filter section follows (after the row-repeat section, if any)
+FILTER_UP = 1                     # version 10's one row filter: each value's magnitude less the one a row above
+FILTER_NAMES = {FILTER_UP: "up"}
 REPEAT_VARINT_BYTES = 7           # a repeat section's row gaps and distances: < 2^49 (rows < MAX_NUMEL = 2^48)
 REPEAT_COPY_WORDS = 1 << 20       # decoders copy repeated rows about this many words at a time (bounded scratch)
 COMPACT_MAX_CHUNKS = 4            # the most chunks a compact head describes
@@ -305,6 +309,11 @@ def explicit_layouts(version: int) -> bool:
 def row_repeats(version: int) -> bool:
     """Whether a version-``version`` stream may carry a row-repeat section (FLAG_REPEATS)."""
     return version >= REPEATS_VERSION
+
+
+def row_filters(version: int) -> bool:
+    """Whether a version-``version`` stream may carry a row-filter section (FLAG_FILTER)."""
+    return version >= FILTER_VERSION
 
 
 def pack_explicit_table(f, layout: int | None = None) -> bytes:
@@ -560,6 +569,66 @@ def apply_repeats(rep: Repeats, words) -> None:
         rows[dst] = rows[src]
 
 
+@dataclass(frozen=True)
+class Filter:
+    """A version-10 stream's row-filter section, validated: in each chunk ``j`` with ``chunks[j]`` set, the
+    payloads hold the words the filter ``kind`` (FILTER_UP) made of the tensor's, with rows of ``width``
+    values counted from the chunk's first value."""
+    kind: int
+    width: int
+    chunks: np.ndarray       # (n_chunks,) bool: the filtered chunks
+    nbytes: int              # the section's bytes in the stream
+
+
+def pack_filter(width: int, chunks, kind: int = FILTER_UP) -> bytes:
+    """The row-filter section (version 10) saying that the chunks ``j`` with ``chunks[j]`` true hold filtered
+    words (rows of ``width`` values from each chunk's first value)::
+
+        varint nbytes             bytes of what follows
+        u8 filter                 FILTER_UP
+        varint width              values per row, 1 <= width < chunk_size
+        ceil(n_chunks / 8) bytes  bit j % 8 of byte j // 8 set: chunk j is filtered (at least one; padding 0)
+
+    FILTER_UP: a filtered chunk's value at chunk offset ``p >= width`` holds, in place of its magnitude
+    (every bit but the sign), the zigzag code of the difference of its magnitude and the magnitude of the
+    value at ``p - width``, modulo ``2^(E+M)``; the first ``width`` values are as they are
+    (:mod:`codec.filters`)."""
+    bits = np.packbits(np.asarray(chunks, dtype=bool), bitorder="little").tobytes()
+    body = bytes([kind]) + _varint(int(width)) + bits
+    return _varint(len(body)) + body
+
+
+def parse_filter(mv, pos: int, n_chunks: int, chunk_size: int) -> tuple[Filter, int]:
+    """``(the row-filter section at mv[pos:], the offset after it)`` of a stream of ``n_chunks`` chunks of
+    ``chunk_size`` values; raises :class:`FormatError` naming what is wrong."""
+    def bad(what):
+        return FormatError(f"row-filter section: {what}")
+    start = pos
+    nbytes, pos = _read_varint(mv, pos, "size", "row-filter section's")
+    if nbytes > len(mv) - pos:
+        raise bad(f"{nbytes} bytes, {len(mv) - pos} left in the stream")
+    body = np.frombuffer(mv, dtype=np.uint8, count=nbytes, offset=pos)
+    end = pos + nbytes
+    if nbytes < 1:
+        raise bad("empty")
+    kind = int(body[0])
+    if kind not in FILTER_NAMES:
+        raise bad(f"unknown filter {kind}")
+    width, p = _read_varint(body, 1, "row width", "row-filter section's")
+    if not 1 <= width < chunk_size:
+        raise bad(f"rows of {width} values in chunks of {chunk_size}")
+    nb = -(-n_chunks // 8)
+    if nbytes != p + nb:
+        raise bad(f"{nbytes} bytes, {p + nb} for {n_chunks} chunks")
+    chunks = np.unpackbits(body[p:], bitorder="little").astype(bool)
+    if chunks[n_chunks:].any():
+        raise bad("chunk bitmap has padding bits set")
+    chunks = chunks[:n_chunks].copy()
+    if not chunks.any():
+        raise bad("no chunk is filtered")
+    return Filter(kind, int(width), chunks, end - start), end
+
+
 def signed_view(t):
     """The torch tensor ``t`` viewed as signed integers of its width (torch indexes unsigned 16/32-bit
     tensors for reading only)."""
@@ -617,6 +686,7 @@ class Header:
     family_version: int
     version: int = FORMAT_VERSION
     repeats: Repeats | None = None   # version 9's row-repeat section, where the stream has one
+    filter: Filter | None = None     # version 10's row-filter section, where the stream has one
 
     @property
     def numel(self) -> int:
@@ -683,18 +753,23 @@ def _compact_table(kinds, sizes) -> bytes:
 
 def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, sizes, crcs=None,
                 family_version: int = FAMILY_VERSION, *, compact: bool | None = None,
-                version: int | None = None, repeats: bytes = b"") -> bytes:
+                version: int | None = None, repeats: bytes = b"", filter: bytes = b"") -> bytes:
     """Header and chunk table for payloads of the given ``sizes``: the compact head (FLAG_COMPACT) where
     there are at most COMPACT_MAX_CHUNKS chunks and it is shorter, else the fixed-width one (never
     longer than :func:`header_nbytes`).  ``compact``: True / False asks for that layout (for tests;
     True only where a compact head can describe the chunks).  ``version``: the format version it names
-    (default WRITE_VERSION, what the encoders write; REPEATS_VERSION with ``repeats``).  ``repeats``: a
-    row-repeat section (:func:`pack_repeats`), put after the chunk table with FLAG_REPEATS."""
-    version = (REPEATS_VERSION if repeats else WRITE_VERSION) if version is None else version
+    (default WRITE_VERSION, what the encoders write; REPEATS_VERSION with ``repeats``, FILTER_VERSION with
+    ``filter``).  ``repeats``: a row-repeat section (:func:`pack_repeats`), put after the chunk table with
+    FLAG_REPEATS; ``filter``: a row-filter section (:func:`pack_filter`), after it with FLAG_FILTER."""
+    if version is None:
+        version = FILTER_VERSION if filter else REPEATS_VERSION if repeats else WRITE_VERSION
     if repeats and not row_repeats(version):
         raise ValueError(f"a version-{version} stream has no row-repeat section")
+    if filter and not row_filters(version):
+        raise ValueError(f"a version-{version} stream has no row-filter section")
     shape = tuple(int(s) for s in shape)
-    flags = (flags & ~(FLAG_COMPACT | FLAG_REPEATS)) | (FLAG_REPEATS if repeats else 0)
+    flags = ((flags & ~(FLAG_COMPACT | FLAG_REPEATS | FLAG_FILTER)) | (FLAG_REPEATS if repeats else 0)
+             | (FLAG_FILTER if filter else 0))
     n_chunks = len(kinds)
     parts = None
     if n_chunks <= COMPACT_MAX_CHUNKS and compact is not False:
@@ -708,7 +783,7 @@ def pack_header(lay: FloatLayout, shape, chunk_size: int, flags: int, kinds, siz
                  struct.pack(f"<{len(shape)}Q", *shape),
                  np.asarray(kinds, dtype=np.uint8).tobytes(),
                  np.cumsum(np.asarray(sizes, dtype=np.int64), dtype=np.int64).astype("<u8").tobytes()]
-    parts.append(repeats)
+    parts += [repeats, filter]
     if flags & FLAG_CHECKSUM:
         parts.append(np.asarray(crcs, dtype="<u4").tobytes())
         head = b"".join(parts)
@@ -739,7 +814,7 @@ def header_extent(prefix) -> int:
         try:
             pos = _parse_compact(mv, len(mv) + (1 << 62))[5]
         except FormatError:
-            if mv[6] & FLAG_REPEATS:               # the section's size may lie beyond the prefix
+            if mv[6] & (FLAG_REPEATS | FLAG_FILTER):       # a section's size may lie beyond the prefix
                 return len(mv) + 64
             return max(len(mv), min(_compact_bound(ndim, bool(mv[6] & FLAG_CHECKSUM)), len(mv) + 64))
         return pos
@@ -754,13 +829,15 @@ def header_extent(prefix) -> int:
         return STREAM_HEAD.size + 8 * ndim
     n_chunks = -(-numel // chunk_size)
     extent = header_nbytes(ndim, n_chunks, bool(flags & FLAG_CHECKSUM))
-    if flags & FLAG_REPEATS:                   # the row-repeat section, after the chunk table
-        at = header_nbytes(ndim, n_chunks, False)
-        try:
-            nbytes, body = _read_varint(mv, at, "size", "row-repeat section's")
-        except FormatError:
-            return max(len(mv), min(at + 9, extent + 9))
-        extent += body - at + nbytes
+    at = header_nbytes(ndim, n_chunks, False)
+    for flag in (FLAG_REPEATS, FLAG_FILTER):   # the sections after the chunk table, each led by its size
+        if flags & flag:
+            try:
+                nbytes, body = _read_varint(mv, at, "size", "section's")
+            except FormatError:
+                return max(len(mv), min(at + 9, extent + 9))
+            extent += body - at + nbytes
+            at = body + nbytes
     return extent
 
 
@@ -788,7 +865,7 @@ def _read_crcs(mv, pos: int, n_chunks: int):
 
 
 def _parse_compact(mv, size: int):
-    """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset, repeats)`` (ends unchecked
+    """The compact head's ``(chunk_size, shape, kinds, ends, crcs, payload offset, repeats, filter)`` (ends unchecked
     against the stream's ``size`` but for the CRCs' position); raises :class:`FormatError`."""
     ndim = mv[7]
     if ndim > MAX_NDIM:
@@ -826,16 +903,19 @@ def _parse_compact(mv, size: int):
             v = lay.itemsize * (min(chunk_size, numel - i * chunk_size) if k == KIND_RAW else 1)
         end += v
         ends.append(end)
-    repeats = None
+    repeats = filt = None
     if mv[6] & FLAG_REPEATS:
         repeats, pos = parse_repeats(mv, pos, numel)
+    if mv[6] & FLAG_FILTER:
+        filt, pos = parse_filter(mv, pos, n_chunks, chunk_size)
     crcs = None
     if mv[6] & FLAG_CHECKSUM:
         if len(mv) < pos + 4 * n_chunks + 4:
             raise FormatError(f"stream truncated: the compact head's checksums need {4 * n_chunks + 4} bytes, "
                               f"{len(mv) - pos} left")
         crcs, pos = _read_crcs(mv, pos, n_chunks)
-    return chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos, repeats
+    return (chunk_size, tuple(shape), np.array(kinds, np.uint8), np.array(ends, np.int64), crcs, pos, repeats,
+            filt)
 
 
 def parse_header(buf, length: int | None = None) -> Header:
@@ -862,12 +942,13 @@ def parse_header(buf, length: int | None = None) -> Header:
     lay = layout_by_code(code)
     if lay is None:
         raise FormatError(f"unknown dtype code {code}")
-    known = FLAG_CHECKSUM | FLAG_TORCH | (FLAG_COMPACT if version >= 4 else 0) | (FLAG_REPEATS if row_repeats(version) else 0)
+    known = (FLAG_CHECKSUM | FLAG_TORCH | (FLAG_COMPACT if version >= 4 else 0)
+             | (FLAG_REPEATS if row_repeats(version) else 0) | (FLAG_FILTER if row_filters(version) else 0))
     if flags & ~known:
         raise FormatError(f"unknown flags {flags:#x} in a version-{version} stream")
     fam = FAMILY_OF_VERSION[version]
     if flags & FLAG_COMPACT:
-        chunk_size, shape, kinds, ends, crcs, pos, repeats = _parse_compact(mv, size)
+        chunk_size, shape, kinds, ends, crcs, pos, repeats, filt = _parse_compact(mv, size)
         # the compact table's ends are running sums of sizes >= 0 (increasing by construction; the
         # largest is the last): checked below with plain integers (a small stream's parse is mostly
         # such checks on tiny arrays)
@@ -900,9 +981,12 @@ def parse_header(buf, length: int | None = None) -> Header:
         pos += n_chunks
         ends_u = np.frombuffer(mv, dtype="<u8", count=n_chunks, offset=pos)
         pos += 8 * n_chunks
-        repeats = None
+        repeats = filt = None
         if flags & FLAG_REPEATS:
             repeats, pos = parse_repeats(mv, pos, math.prod(shape))
+        if flags & FLAG_FILTER:
+            filt, pos = parse_filter(mv, pos, n_chunks, chunk_size)
+        if flags & (FLAG_REPEATS | FLAG_FILTER):
             if checksum and len(mv) - pos < 4 * n_chunks + 4:
                 raise FormatError(f"stream truncated: the checksums need {4 * n_chunks + 4} bytes, "
                                   f"{len(mv) - pos} left")
@@ -921,7 +1005,7 @@ def parse_header(buf, length: int | None = None) -> Header:
         total = int(ends[-1]) if n_chunks else 0
     if pos + total != size:
         raise FormatError(f"stream length {size} does not match the chunk table ({pos + total} bytes)")
-    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version, repeats)
+    h = Header(lay, tuple(shape), chunk_size, flags, kinds, ends, crcs, pos, fam, version, repeats, filt)
     if not flags & FLAG_COMPACT:               # (a compact head's RAW and CONST sizes follow from the kinds)
         raw, const = kinds == KIND_RAW, kinds == KIND_CONST
         if raw.any():

@@ -99,6 +99,10 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
     if callable(kernels):
         kernels = kernels(h.layout)
     decode_into(h, buf_t, range(h.n_chunks), words, host=host, kernels=kernels)
+    if h.filter is not None:
+        from codec import filters
+
+        filters.inverse_torch(h.filter, words, h.layout, h.chunk_size)
     if h.repeats is not None:
         fmt.apply_repeats(h.repeats, words)
     return h, words

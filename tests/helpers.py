@@ -128,3 +128,15 @@ def interpret_triton_without_gpu() -> None:
         has_gpu = False
     if not has_gpu:
         os.environ["TRITON_INTERPRET"] = "1"
+
+
+def column_scaled(dtype: str, rows: int, width: int, seed: int, masked: int = 0) -> np.ndarray:
+    """A (rows, width) tensor whose columns each keep their own scale (a LayerNorm'd channel, one key's
+    attention probabilities): column ``c`` is ``2^-(c % 9)`` times 1 + 1 % noise, positive; its last
+    ``masked`` columns +0.  The value a row above is a far better guess of each exponent than the chunk's."""
+    rng = np.random.default_rng(seed)
+    scale = np.exp2(-(np.arange(width) % 9.0)) * rng.uniform(1, 2, width)
+    x = scale * (1 + 0.01 * rng.normal(0, 1, (rows, width)))
+    if masked:
+        x[:, width - masked:] = 0
+    return x.astype(np_dtype(dtype))

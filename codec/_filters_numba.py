@@ -1,0 +1,50 @@
+"""The row filter's kernels (numba): :func:`codec.filters.forward` and :func:`codec.filters.inverse`, word
+for word (tests/test_filters.py checks them against the NumPy ones).  Words are unsigned integers of at most 32
+bits; the arithmetic is in uint32, masked to ``k = E + M`` magnitude bits.  Compiled on first use, cached on
+disk."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def forward(src, dst, chunk_size, width, k):
+    """FILTER_UP of every chunk of ``src`` into ``dst`` (another array of the same length and type)."""
+    mask = np.uint32((1 << k) - 1)
+    sign = np.uint32(1 << k)
+    km1 = np.uint32(k - 1)
+    one = np.uint32(1)
+    n = src.size
+    for a in range(0, n, chunk_size):
+        b = min(n, a + chunk_size)
+        dst[a:min(b, a + width)] = src[a:min(b, a + width)]
+        s = src[a:b - width]
+        cur = src[a + width:b]
+        out = dst[a + width:b]
+        for i in range(cur.size):
+            v = np.uint32(cur[i])
+            d = (v - np.uint32(s[i])) & mask
+            out[i] = (v & sign) | (((d << one) & mask) ^ ((d >> km1) * mask))
+
+
+@njit(cache=True)
+def inverse(words, chunk_size, width, k, chunks, first):
+    """Undo FILTER_UP in place on the chunks of ``words`` (from chunk ``first``) with ``chunks[first + j]`` set:
+    a row at a time, whose values depend on the row above only."""
+    mask = np.uint32((1 << k) - 1)
+    sign = np.uint32(1 << k)
+    one = np.uint32(1)
+    n = words.size
+    for j in range(-(-n // chunk_size)):
+        if not chunks[first + j]:
+            continue
+        a = j * chunk_size
+        b = min(n, a + chunk_size)
+        for r in range(a + width, b, width):
+            above = words[r - width:r]
+            row = words[r:min(b, r + width)]
+            for i in range(row.size):
+                z = np.uint32(row[i])
+                d = ((z & mask) >> one) ^ ((z & one) * mask)
+                row[i] = (z & sign) | ((np.uint32(above[i]) + d) & mask)
