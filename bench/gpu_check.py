@@ -148,17 +148,27 @@ def exactness(report, t0):
 def _repeated_rows(report, cpu_backend) -> None:
     """Format 9: a padded batch's repeated rows, encoded from the GPU (the search's gate reads the device
     tensor; the rows are then compared on the host) and decoded there (the section applied to the device's
-    words): the CPU encoder's bytes, the input's bits."""
+    words); format 10: a column-scaled tensor's row filter (the gate and the transform on the device, the
+    inverse on the decoded words there): the CPU encoder's bytes, the input's bits."""
     import torch
 
     import codec
-    from tests.helpers import padded_batch
+    from tests.helpers import column_scaled, padded_batch
 
-    x = padded_batch("bfloat16", 17, 128, 256, 1, 40)
+    for case, x in (("format 9 row repeats", padded_batch("bfloat16", 17, 128, 256, 1, 40)),
+                    ("format 10 row filter", column_scaled("bfloat16", 4608, 128, 3, 32))):
+        _device_case(report, cpu_backend, case, x)
+
+
+def _device_case(report, cpu_backend, case, x) -> None:
+    import torch
+
+    import codec
+
     want = bytes(codec.encode(x, backend=cpu_backend))
     xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
     for dialect in ("triton", "cuda"):
-        row = {"dtype": "bfloat16", "n": int(x.size), "dialect": dialect, "case": "format 9 row repeats"}
+        row = {"dtype": "bfloat16", "n": int(x.size), "dialect": dialect, "case": case}
         try:
             s = codec.encode(xt, backend=dialect)
             y = codec.decode(s, backend=dialect)

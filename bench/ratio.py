@@ -120,7 +120,8 @@ def fmt_written() -> str:
     from codec import format as fmt
 
     if fmt.WRITE_VERSION == fmt.FORMAT_VERSION:
-        return f"{fmt.FORMAT_VERSION}, {fmt.REPEATS_VERSION} where a stream has a row-repeat section"
+        return (f"{fmt.FORMAT_VERSION}, {fmt.REPEATS_VERSION} where a stream has a row-repeat section, "
+                f"{fmt.FILTER_VERSION} where it has a row filter")
     return str(fmt.WRITE_VERSION)
 
 

@@ -7,6 +7,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .layouts import FloatLayout
+
+
+def filter_forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int) -> np.ndarray:
+    """codec.filters.forward by :func:`forward` (the numba backend's)."""
+    out = np.empty_like(words)
+    forward(words, out, chunk_size, width, lay.exp_bits + lay.man_bits)
+    return out
+
+
+def filter_inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, chunks, first: int = 0) -> None:
+    """codec.filters.inverse by :func:`inverse` (the numba backend's)."""
+    inverse(words, chunk_size, width, lay.exp_bits + lay.man_bits, np.ascontiguousarray(chunks, dtype=np.bool_), first)
+
 
 @njit(cache=True)
 def forward(src, dst, chunk_size, width, k):

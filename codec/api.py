@@ -277,7 +277,6 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         if np.may_share_memory(dst, words) or np.may_share_memory(dst, _input_memory(x)):
             raise ValueError("out overlaps the tensor being encoded")
     found = _find_repeats(words, shape, lay, partition)
-    fast = backend != "reference"
     if found is not None:
         section = found[3]
         base = repeats.cleared(words, found[0], found[1])
@@ -287,7 +286,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         width = _find_filter(base, shape, lay, chunk_size)
         if width:
             stream = _encode_filtered(impl, base, width, lay, shape, chunk_size, checksum, flags,
-                                      pos + len(section), section, fast)
+                                      pos + len(section), section)
             room = False
         else:
             stream = _encode_host(impl, base, lay, shape, chunk_size, checksum, flags, pos + len(section),
@@ -295,7 +294,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         n = stream if isinstance(stream, int) else len(stream)
         plain = None
         if _plain_may_win(n, len(section), bound):
-            plain = _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos, fast)
+            plain = _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos)
         if n <= bound and (plain is None or n < len(plain)):
             if dst is None:
                 return stream
@@ -309,7 +308,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
             return result(len(plain))
     width = _find_filter(words, shape, lay, chunk_size)
     if width:
-        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"", fast)
+        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
         if len(stream) <= bound:
             if dst is None:
                 return stream
@@ -329,20 +328,20 @@ def _find_filter(words, shape, lay, chunk_size) -> int:
     return filters.choose(words, shape, lay, chunk_size)
 
 
-def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, section, fast) -> bytearray:
+def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, section) -> bytearray:
     """``words`` coded as they are and through the row filter, each chunk's smaller payload kept
     (:func:`codec.filters.merge`); ``section``: a row-repeat section both carry."""
     plain = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, section)
-    up = _encode_host(impl, filters.forward(words, lay, chunk_size, width, fast=fast), lay, shape, chunk_size,
+    up = _encode_host(impl, impl.filter_forward(words, lay, chunk_size, width), lay, shape, chunk_size,
                       checksum, flags, pos, None, section)
     return filters.merge(plain, up, width, repeats=section)
 
 
-def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos, fast) -> bytearray:
+def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos) -> bytearray:
     """The stream of ``words`` without a row-repeat section: through the row filter where it is tried."""
     width = _find_filter(words, shape, lay, chunk_size)
     if width:
-        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"", fast)
+        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
         if len(stream) <= pos + len(words) * lay.itemsize:
             return stream
     return _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, b"")
@@ -414,14 +413,18 @@ def _decode_words(buf, first: int | None, last: int | None, backend: str, dest=N
     out = impl.empty(n, h.layout.uint) if dest is None else dest(h, n)
     impl.decode_chunks(h, buf, chunks, out)
     if h.filter is not None and n:
-        filters.inverse(out, h.layout, h.chunk_size, h.filter.width, h.filter.chunks, first,
-                        fast=backend != "reference")
+        _filter_inverse(impl)(out, h.layout, h.chunk_size, h.filter.width, h.filter.chunks, first)
     if h.repeats is not None and n:
         if n == h.numel:
             fmt.apply_repeats(h.repeats, out)
         else:
             _range_repeats(h, buf, first, out, impl)
     return h, out
+
+
+def _filter_inverse(impl):
+    """The row filter's inverse a backend runs on host words (a device backend decoding to the host: NumPy's)."""
+    return getattr(impl, "filter_inverse", filters.inverse)
 
 
 def _range_repeats(h, buf, first: int, out: np.ndarray, impl) -> None:
@@ -448,7 +451,7 @@ def _range_repeats(h, buf, first: int, out: np.ndarray, impl) -> None:
                 decoded[c] = impl.empty(h.chunk_len(c), h.layout.uint)
                 impl.decode_chunks(h, buf, range(c, c + 1), decoded[c])
                 if h.filter is not None:
-                    filters.inverse(decoded[c], h.layout, cs, h.filter.width, h.filter.chunks, c)
+                    _filter_inverse(impl)(decoded[c], h.layout, cs, h.filter.width, h.filter.chunks, c)
             sel = ~inside & (fro // cs == c)
             vals[sel] = decoded[c][fro[sel] - c * cs]
         out[to - a] = vals

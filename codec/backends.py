@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from . import filters
 from . import format as fmt
 from .format import Header
 from .layouts import FloatLayout
@@ -99,11 +100,12 @@ def get(name: str):
 class _Complete:
     """A host backend with the optional parts of :class:`Backend` filled in: ``encode_into`` from
     ``encode_chunks`` (payloads returned per group of chunks, copied into place), ``empty`` as
-    ``np.empty``, ``reserve``/``shrink`` as plain resizes."""
+    ``np.empty``, ``reserve``/``shrink`` as plain resizes, ``filter_forward``/``filter_inverse`` (format 10's
+    row filter) as :mod:`codec.filters`' NumPy transforms."""
 
     def __init__(self, impl):
         self.impl = impl
-        for part in ("encode_into", "empty", "reserve", "shrink"):
+        for part in ("encode_into", "empty", "reserve", "shrink", "filter_forward", "filter_inverse"):
             if hasattr(impl, part):
                 setattr(self, part, getattr(impl, part))
         self.decode_chunks = impl.decode_chunks
@@ -127,6 +129,9 @@ class _Complete:
     @staticmethod
     def empty(n, dtype):
         return np.empty(n, dtype)
+
+    filter_forward = staticmethod(filters.forward)      # the row filter (format 10): NumPy's, the specification
+    filter_inverse = staticmethod(filters.inverse)
 
     @staticmethod
     def reserve(buf, n):

@@ -22,8 +22,9 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 3. then the encoder codes the words both ways and keeps, chunk by chunk, the smaller payload (a tie: the
    unfiltered one): the section names the filtered chunks.  A stream with no filtered chunk has no section.
 
-The transform is integer arithmetic on the words and reads nothing but them: NumPy here (the specification),
-numba in :mod:`codec._filters_numba` (the host encoders' and decoders' fast path), torch for device streams.
+The transform is integer arithmetic on the words and reads nothing but them: NumPy here (the specification,
+what the reference backend runs), numba in :mod:`codec._filters_numba` (the numba backend's ``filter_forward``
+and ``filter_inverse``), torch for device streams.
 """
 from __future__ import annotations
 
@@ -70,16 +71,9 @@ def _predicted(n: int, chunk_size: int, width: int, first: int = 0) -> np.ndarra
     return (np.arange(first, first + n, dtype=np.int64) % chunk_size) >= width
 
 
-def forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, *, fast: bool = False) -> np.ndarray:
-    """The FILTER_UP words of every chunk of ``words`` (1-D, unsigned; a new array, ``words`` untouched);
-    ``fast``: by the numba kernel (the same words)."""
+def forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int) -> np.ndarray:
+    """The FILTER_UP words of every chunk of ``words`` (1-D, unsigned; a new array, ``words`` untouched)."""
     k, mask, sign = _masks(lay)
-    if fast:
-        from . import _filters_numba
-
-        out = np.empty_like(words)
-        _filters_numba.forward(words, out, chunk_size, width, k)
-        return out
     out = words.copy()
     n = len(words)
     step = max(1, BLOCK_WORDS // chunk_size) * chunk_size
@@ -99,19 +93,12 @@ def forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, *,
     return out
 
 
-def inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, chunks, first: int = 0, *,
-            fast: bool = False) -> None:
+def inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, chunks, first: int = 0) -> None:
     """Undo FILTER_UP in place on the chunks of ``words`` (1-D, unsigned, from chunk ``first``; the last may be
     shorter) that ``chunks`` (indexed by chunk number) names: each chunk as rows of ``width`` values, a
-    column's magnitudes the running sum of its differences below its first row, modulo ``2^k``.  ``fast``:
-    by the numba kernel (the same words)."""
+    column's magnitudes the running sum of its differences below its first row, modulo ``2^k``."""
     k, mask, sign = _masks(lay)
     n = len(words)
-    if fast:
-        from . import _filters_numba
-
-        _filters_numba.inverse(words, chunk_size, width, k, np.ascontiguousarray(chunks, dtype=np.bool_), first)
-        return
     for j in np.flatnonzero(np.asarray(chunks[first:first + -(-n // chunk_size)], dtype=bool)).tolist():
         seg = words[j * chunk_size:min(n, (j + 1) * chunk_size)]
         if len(seg) <= width:

@@ -1,16 +1,17 @@
-"""The zipccl stream format, versions 1 to 9: defined here and nowhere else.
+"""The zipccl stream format, versions 1 to 10: defined here and nowhere else.
 
-All integers little-endian.  A stream is ``header | chunk table | [row-repeat section] | [checksums] |
-payloads``::
+All integers little-endian.  A stream is ``header | chunk table | [row-repeat section] | [row-filter section]
+| [checksums] | payloads``::
 
     offset  size      field
     0       4         magic b"ZCCL"
-    4       1         format version (7, or 9 with a row-repeat section; 1 to 6 and 8 are still read,
-                      see "Versions" below)
+    4       1         format version (7; 9 with a row-repeat section; 10 with a row filter; 1 to 6 and 8
+                      are still read, see "Versions" below)
     5       1         dtype code (codec.layouts: 1 bf16, 2 f16, 3 f32, 4 f8e4m3fn, 5 f8e5m2)
     6       1         flags: bit0 CRC32C checksums present, bit1 input was a torch tensor,
                       bit2 compact head (version 4; the layout below "Compact head" follows),
-                      bit3 a row-repeat section follows the chunk table (version 9)
+                      bit3 a row-repeat section follows the chunk table (version 9),
+                      bit4 a row-filter section follows (version 10)
     7       1         ndim (<= 32)
     8       4  u32    chunk_size, values per chunk (the last chunk may be shorter)
     12      2  u16    codebook family version (FAMILY_OF_VERSION: 1 in versions 1-2, 2 in version 3)
@@ -20,6 +21,7 @@ payloads``::
             n_chunks  u8 kind of each chunk (KIND_*)
             8*n_chunks  u64 end offset of each chunk's payload, relative to the payload start
             ...       the row-repeat section (only with flag bit 3; :func:`pack_repeats`)
+            ...       the row-filter section (only with flag bit 4; :func:`pack_filter`)
             4*n_chunks  u32 CRC32C of each payload            (only with checksums)
             4         u32 CRC32C of every byte above           (only with checksums)
     --- payloads, chunk after chunk, no padding ---
@@ -150,11 +152,25 @@ the same section).  Chunk payloads and the chunk table are version 7's byte for 
 name version 9 only where they write a section: every other stream is a version-7 stream, which older
 readers take.
 
+Version 10 added the row filter (FLAG_FILTER, bit 4, in fixed-width and compact heads alike, after the row-repeat
+section if there is one, before the checksums, which cover it): chunks whose payloads hold, in place of each
+value's magnitude (every bit but the sign), the zigzag code of its difference to the magnitude one row above in the
+same chunk, modulo ``2^(E+M)`` (rows of a stated width counted from the chunk's first value; the first row as
+it is).  :func:`pack_filter` has the layout, :mod:`codec.filters` the transform and the encoders' choice (every
+backend: a gate on a fixed sample, then both codings and each chunk's smaller payload).  Where a tensor's columns
+keep their own scale (attention probabilities: one key's column; LayerNorm'd activations: one channel), the value
+above is the better model of a value's exponent than the chunk's table: measured on the ratio corpus, MiniLM's
+layer-5 attention probabilities 3.37 -> 4.00 in bf16, 3.83 -> 5.94 in e4m3 (``bench/results/format_v10_*.md``).
+The decoder decodes the chunks, undoes the filter on the chunks the section names, then applies the row-repeat
+section (the encoder clears repeated rows first, then filters).  Chunk payloads are version 7's byte for byte;
+the encoders name version 10 only where they write a filter, else 9 or 7.
+
 Any chunk, or run of chunks, decodes alone from its table entries and payload bytes, but for the rows of a
 row-repeat section, whose sources may lie in other chunks (:func:`codec.decode_chunks` decodes those too).
 Worst case size: ``numel*w + 16 + 8*ndim + 9*n_chunks (+ 4*n_chunks + 4 with checksums)``
 (:func:`header_nbytes`: no head the encoder writes is longer), since a chunk that would not shrink is
-stored RAW (and an encoder whose stream with a row-repeat section would be longer writes it without).
+stored RAW (and an encoder whose stream with a row-repeat section or a row filter would be longer writes it
+without).
 
 The rANS stream of a CODED chunk: value ``i`` belongs to lane ``i % K`` (``K = LANES(n)``);
 the decoder starts from the K states and, round ``r = 0, 1, ...``, lane ``l = 0..K-1``,

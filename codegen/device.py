@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codec import codebook as cbk
+from codec import filters
 from codec import format as fmt
 from codec.layouts import packed_nbytes
 
@@ -100,8 +101,6 @@ def decode_stream(buf_t, words=None, words_layout=None, *, kernels=None):
         kernels = kernels(h.layout)
     decode_into(h, buf_t, range(h.n_chunks), words, host=host, kernels=kernels)
     if h.filter is not None:
-        from codec import filters
-
         filters.inverse_torch(h.filter, words, h.layout, h.chunk_size)
     if h.repeats is not None:
         fmt.apply_repeats(h.repeats, words)

@@ -124,8 +124,8 @@ def test_forged_huge_shape_is_rejected_before_allocating():
 def test_messages_say_what_is_wrong():
     blob = bytearray(_small_streams(False)["coded"])
     bad = bytearray(blob)
-    bad[4] = 10
-    with pytest.raises(codec.FormatError, match="version 10"):
+    bad[4] = 11
+    with pytest.raises(codec.FormatError, match="version 11"):
         codec.decode(bytes(bad))
     bad = bytearray(blob)
     bad[5] = 77

@@ -85,21 +85,21 @@ def test_kernels_and_torch_transform_as_numpy_does(dtype):
         keep = w.copy()
         want = filters.forward(w, lay, cs, width)
         assert (w == keep).all()
-        assert (filters.forward(w, lay, cs, width, fast=True) == want).all()
+        assert (_filters_numba.filter_forward(w, lay, cs, width) == want).all()
         t = torch.from_numpy(w.view(lay.view_ints).copy()).view(lay.torch_words)
         assert (filters.forward_torch(t, lay, cs, width).view(lay.torch_view_ints).numpy().view(lay.uint) == want).all()
         chunks = rng.random(-(-n // cs)) < 0.6
         back = np.where(np.repeat(chunks, cs)[:n], want, w)             # filtered chunks only
-        for fast in (False, True):
+        for inverse in (filters.inverse, _filters_numba.filter_inverse):
             got = back.copy()
-            filters.inverse(got, lay, cs, width, chunks, fast=fast)
+            inverse(got, lay, cs, width, chunks)
             assert (got == w).all()
         got = torch.from_numpy(back.view(lay.view_ints).copy()).view(lay.torch_words)
         filters.inverse_torch(fmt.Filter(fmt.FILTER_UP, width, chunks, 0), got, lay, cs)
         assert (got.view(lay.torch_view_ints).numpy().view(lay.uint) == w).all()
         if len(chunks) > 2:                                             # from a later chunk on
             part = back[cs:].copy()
-            filters.inverse(part, lay, cs, width, chunks, 1, fast=True)
+            _filters_numba.filter_inverse(part, lay, cs, width, chunks, 1)
             assert (part == w[cs:]).all()
 
 

@@ -1,17 +1,18 @@
 """Golden streams: the bytes of every format version decode forever; those of the versions the encoders
-write (format v7, and v9 where a stream has a row-repeat section / codebook family v2) are pinned
+write (format v7, v9 where a stream has a row-repeat section, v10 where it has a row filter / codebook family v2)
+are pinned
 (regenerate only with a version bump)."""
 import numpy as np
 import pytest
 
 import codec
 from codec.codebook import REF_MIN
-from codec.format import DRAFT_VERSIONS, FORMAT_VERSION, READ_VERSIONS, REPEATS_VERSION
+from codec.format import DRAFT_VERSIONS, FILTER_VERSION, FORMAT_VERSION, READ_VERSIONS, REPEATS_VERSION
 from codec.layouts import layout_named
 from tests import golden
 from tests.helpers import assert_bit_equal, np_dtype
 
-WRITTEN_VERSIONS = (FORMAT_VERSION, REPEATS_VERSION)      # what the encoders write today: their bytes are pinned
+WRITTEN_VERSIONS = (FORMAT_VERSION, REPEATS_VERSION, FILTER_VERSION)   # what the encoders write: their bytes are pinned
 
 
 @pytest.mark.parametrize("case", golden.cases(), ids=golden.case_id)
@@ -57,7 +58,7 @@ def test_v3_streams_name_codebook_family_2_and_use_its_new_shapes():
         fams.add((version, codec.format.parse_header(buf).family_version))
         if version == 3:
             new_ids += sum(c.get("codebook", 0) >= n_codebooks(1) for c in codec.inspect(buf)["chunks"])
-    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (9, 2)}
+    assert fams == {(1, 1), (2, 1), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (9, 2), (10, 2)}
     assert new_ids > 0
 
 
@@ -223,3 +224,33 @@ def test_v9_changed_only_the_row_repeat_section():
         assert (rows[rep.dst] == rows[rep.src]).all() and not np.isin(rep.src, rep.dst).any()
         heads.add((bool(h.flags & fmt.FLAG_COMPACT), h.checksum))
     assert heads == {(False, False), (True, True)}
+
+
+def test_v10_changed_only_the_row_filter():
+    """Format v10 added the row filter and changed nothing else: each chunk of a v10 golden stream is the chunk
+    of the same index of a version-7 (or 9) stream, of the input's words as they are where the section does not
+    name the chunk, of its FILTER_UP words where it does; the header differs by the version byte, FLAG_FILTER
+    and the section after the chunk table (and the row-repeat section, where there is one)."""
+    fmt = codec.format
+    seen = set()
+    for name in golden.manifest(10):
+        m, raw, want = golden.read(10, name)
+        x = np.frombuffer(raw, dtype=np_dtype(m["dtype"])).reshape(m["shape"])
+        h = fmt.parse_header(want)
+        assert h.version == FILTER_VERSION and h.flags & fmt.FLAG_FILTER and h.filter.width == m["shape"][-1]
+        words = x.reshape(-1).view(h.layout.uint)
+        if h.repeats is not None:
+            words = codec.repeats.cleared(words, h.repeats.row, h.repeats.dst)
+        lay, cs = h.layout, m["chunk_size"]
+        up = codec.filters.forward(words, lay, cs, h.filter.width)
+        olds = [bytes(codec.api._encode_host(codec.backends.get("reference"), w, lay, x.shape, cs, m["checksum"], 0,
+                                             fmt.header_nbytes(x.ndim, h.n_chunks, m["checksum"]), None, b""))
+                for w in (words, up)]
+        for j in range(h.n_chunks):
+            old = olds[int(h.filter.chunks[j])]
+            ho = fmt.parse_header(old)
+            a, b = ho.chunk_span(j)
+            c, d = h.chunk_span(j)
+            assert old[a:b] == want[c:d], (name, j)
+        seen.add((bool(h.filter.chunks.all()), h.repeats is not None, h.checksum))
+    assert seen == {(True, False, False), (False, False, True), (False, True, False)}

@@ -18,8 +18,8 @@ PACKAGES = ("codec", "codegen", "reference", "collectives", "trainers")
 # layer of each first-party module (a package's __init__ is the package name); the order is the rule
 LAYERS = {
     0: ["codec", "codec._version", "codec.records", "codec.layouts", "codec.model", "codec.codebook",
-        "codec.format", "codec.repeats", "codec.filters", "codec._filters_numba", "codec.stats", "codec.atomic", "codec._threads"],
-    1: ["reference", "reference.codec", "reference.delta", "codec._delta_numba", "codec._simd", "codec._numba"],
+        "codec.format", "codec.repeats", "codec.filters", "codec.stats", "codec.atomic", "codec._threads"],
+    1: ["reference", "reference.codec", "reference.delta", "codec._delta_numba", "codec._filters_numba", "codec._simd", "codec._numba"],
     2: ["codegen", "codegen.rows", "codegen.generate", "codegen.emulate", "codegen.triton_lib", "codegen.kernels",
         "codegen.device", "codegen.__main__"],
     3: ["codec.backends", "codec.api", "codec.planes", "codec.zarr", "codec.archive", "codec.safefile", "codec.delta",

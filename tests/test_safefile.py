@@ -302,5 +302,5 @@ def test_every_corruption_is_detected_with_checksums(tmp_path, saved):
             bad[pos] ^= 1 << int(rng.integers(8))
             _load_fails(tmp_path, bytes(bad), f"tensor '{name}'")
     bad = bytearray(blob)
-    bad[start + header["w"]["data_offsets"][0] + 4] = 10                # the stream's format version byte
-    _load_fails(tmp_path, bytes(bad), "tensor 'w': unsupported format version 10")
+    bad[start + header["w"]["data_offsets"][0] + 4] = 11                # the stream's format version byte
+    _load_fails(tmp_path, bytes(bad), "tensor 'w': unsupported format version 11")

@@ -1,5 +1,6 @@
 """Write the golden fixtures of a format version the encoders write: ``python -m tests.golden.make_golden
-[VERSION]`` (FORMAT_VERSION by default, or REPEATS_VERSION: the streams with a row-repeat section).
+[VERSION]`` (FORMAT_VERSION by default, REPEATS_VERSION: the streams with a row-repeat section, or
+FILTER_VERSION: the streams with a row filter).
 
 Run this only together with a format or codebook-family version bump: it writes
 ``tests/golden/v<VERSION>/``, whose bytes ``tests/test_golden.py`` pins (the encoder must
@@ -10,10 +11,10 @@ import json
 import numpy as np
 
 import codec
-from codec.format import FORMAT_VERSION, REPEATS_VERSION
+from codec.format import FILTER_VERSION, FORMAT_VERSION, REPEATS_VERSION
 from codec.layouts import layout_for
 from tests.golden import ROOT
-from tests.helpers import make_values, padded_batch
+from tests.helpers import column_scaled, make_values, padded_batch
 
 CASES = {
     # name: (distribution, dtype, n, seed, log10 sigma, chunk_size, checksum)
@@ -124,6 +125,26 @@ REPEAT_CASES = {
 }
 
 
+# format v10 (FILTER_VERSION): a row filter; tensors of at least codec.filters.MIN_TENSOR_BYTES whose columns keep
+# their scale, most of them masked (+0, as attention's masked keys), kept as distinct rows and indexes (.npz)
+FILTER_CASES = {
+    # name: (dtype, rows, width, seed, masked columns, chunk_size, checksum)
+    "columns_bf16": ("bfloat16", 4608, 128, 50, 120, 65536, False),      # every chunk filtered
+    "columns_e4m3_crc": ("float8_e4m3fn", 8704, 128, 51, 112, 131072, True),   # + a chunk of noise: not filtered
+    "columns_repeats_f16": ("float16", 4608, 128, 52, 96, 65536, False),      # + repeated rows: both sections
+}
+
+
+def make_filter_input(name: str) -> np.ndarray:
+    dtype, rows, width, seed, masked, _, _ = FILTER_CASES[name]
+    x = column_scaled(dtype, rows, width, seed, masked)
+    if name == "columns_e4m3_crc":
+        x[1024:2048, :width - masked] = make_values("gaussian", dtype, 1024 * (width - masked), 53).reshape(1024, -1)
+    if name == "columns_repeats_f16":
+        x[3000:3600] = x[7]
+    return x
+
+
 def main(version: int = FORMAT_VERSION):
     folder = ROOT / f"v{version}"
     folder.mkdir(exist_ok=True)
@@ -138,6 +159,15 @@ def main(version: int = FORMAT_VERSION):
             (folder / f"{name}.zccl").write_bytes(blob)
             manifest[name] = {"dtype": dtype, "numel": x.size, "shape": list(shape), "chunk_size": cs,
                               "checksum": crc, "nbytes": len(blob)}
+    for name, (dtype, rows, width, _, _, cs, crc) in FILTER_CASES.items() if version == FILTER_VERSION else ():
+        x = make_filter_input(name)
+        distinct, index = np.unique(x.view(layout_for(x.dtype).uint), axis=0, return_inverse=True)
+        np.savez_compressed(folder / f"{name}.input.npz", rows=distinct, index=index.ravel().astype(np.uint32))
+        blob = codec.encode(x, chunk_size=cs, checksum=crc, backend="reference")
+        assert codec.inspect(blob)["format_version"] == version, name
+        (folder / f"{name}.zccl").write_bytes(blob)
+        manifest[name] = {"dtype": dtype, "numel": x.size, "shape": [rows, width], "chunk_size": cs,
+                          "checksum": crc, "nbytes": len(blob)}
     for name, (_, dtype, n, _, _, cs, crc) in CASES.items() if version == FORMAT_VERSION else ():
         x = make_input(name)
         (folder / f"{name}.input").write_bytes(x.tobytes())
