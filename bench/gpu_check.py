@@ -165,8 +165,9 @@ def _device_case(report, cpu_backend, case, x) -> None:
 
     import codec
 
-    want = bytes(codec.encode(x, backend=cpu_backend))
-    xt = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).cuda()
+    host = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    want = bytes(codec.encode(host, backend=cpu_backend))             # a torch tensor's stream: FLAG_TORCH, as the GPU's
+    xt = host.cuda()
     for dialect in ("triton", "cuda"):
         row = {"dtype": "bfloat16", "n": int(x.size), "dialect": dialect, "case": case}
         try:

@@ -62,3 +62,29 @@ def inverse(words, chunk_size, width, k, chunks, first):
                 z = np.uint32(row[i])
                 d = ((z & mask) >> one) ^ ((z & one) * mask)
                 row[i] = (z & sign) | ((np.uint32(above[i]) + d) & mask)
+
+
+@njit(cache=True)
+def filter_counts(words, at, width, k, M, nbins):
+    """codec.filters.sample_counts, the same integers in one pass over the sample."""
+    mask = (np.int64(1) << k) - 1
+    c = np.zeros((2, nbins), np.int64)
+    nz = np.zeros(2, np.int64)
+    pos = np.zeros(2, np.int64)
+    neg = np.zeros(2, np.int64)
+    for i in at:
+        v = np.int64(words[i])
+        mag = v & mask
+        d = (mag - (np.int64(words[i - width]) & mask)) & mask
+        up = ((d << 1) & mask) ^ ((d >> (k - 1)) * mask)
+        negative = (v >> k) & 1
+        for t in range(2):
+            m = mag if t == 0 else up
+            if m == 0:
+                c[t, 0] += 1
+            else:
+                c[t, (m >> (M - 1)) + 1] += 1
+                nz[t] += 1
+                neg[t] += negative
+                pos[t] += 1 - negative
+    return c, nz, pos, neg

@@ -157,7 +157,7 @@ def _encode_device(x, dev_x, chunk_size, checksum, partition, out, dialect):
             up = dev.encode_stream(filters.forward_torch(w, lay, chunk_size, width), lay, shape, chunk_size, flags,
                                    section)
             merged = filters.merge(coded.cpu().numpy(), up.cpu().numpy(), width, repeats=section)
-            if len(merged) <= bound + len(section):
+            if section or len(merged) <= bound:           # as the host: past the bound, the caller drops the section
                 coded = torch.from_numpy(np.frombuffer(merged, np.uint8).copy()).to(coded.device)
         return coded
 
@@ -259,7 +259,10 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     first bytes (a memoryview, array or tensor): no allocation, no page faults for a reused buffer.
     Returns the stream (format: :mod:`codec.format`) as a ``bytearray`` (without ``out``), built in
     place: peak extra memory is about the output (plus up to 16 MiB of scratch with several numba
-    threads).  ``x`` is never modified.
+    threads), but for a tensor whose row filter's gate opens (format 10, :mod:`codec.filters`: tensors of
+    two or more dimensions and at least 1 MiB whose columns keep their scale), coded twice into streams of its
+    own (the words as they are and filtered: about three times the tensor) and merged, then copied to ``out``.
+    ``x`` is never modified.
     """
     dev_x = _on_device(x)
     if dev_x is not None or backend in DEVICE_BACKENDS:
@@ -283,7 +286,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
         # the payloads are coded after the section: where ``out`` lacks the room for every chunk raw
         # there, the stream is coded apart and copied (the same bytes whatever buffer is given)
         room = dst is None or len(dst) >= bound + len(section)
-        width = _find_filter(base, shape, lay, chunk_size)
+        width = _find_filter(base, shape, lay, chunk_size, impl)
         if width:
             stream = _encode_filtered(impl, base, width, lay, shape, chunk_size, checksum, flags,
                                       pos + len(section), section)
@@ -306,7 +309,7 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
                 return plain
             dst[:len(plain)] = np.frombuffer(plain, np.uint8)
             return result(len(plain))
-    width = _find_filter(words, shape, lay, chunk_size)
+    width = _find_filter(words, shape, lay, chunk_size, impl)
     if width:
         stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
         if len(stream) <= bound:
@@ -318,14 +321,15 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
     return stream if dst is None else result(stream)
 
 
-def _find_filter(words, shape, lay, chunk_size) -> int:
+def _find_filter(words, shape, lay, chunk_size, impl=None) -> int:
     """The row width of the row filter (version 10) an encode tries, or 0: where the encoders write version 7
-    (a filter needs version 10, which is version 7's chunks) and :func:`codec.filters.choose` opens."""
+    (a filter needs version 10, which is version 7's chunks) and :func:`codec.filters.choose` opens (its sample
+    counted by the host backend ``impl``, or on the device for a torch tensor there)."""
     if fmt.WRITE_VERSION != fmt.FORMAT_VERSION:
         return 0
     if is_torch(words):
-        return filters.choose_torch(words, shape, lay, chunk_size)
-    return filters.choose(words, shape, lay, chunk_size)
+        return filters.choose(words, shape, lay, chunk_size, filters.sample_counts_torch)
+    return filters.choose(words, shape, lay, chunk_size, getattr(impl, "filter_counts", filters.sample_counts))
 
 
 def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, section) -> bytearray:
@@ -339,7 +343,7 @@ def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags
 
 def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos) -> bytearray:
     """The stream of ``words`` without a row-repeat section: through the row filter where it is tried."""
-    width = _find_filter(words, shape, lay, chunk_size)
+    width = _find_filter(words, shape, lay, chunk_size, impl)
     if width:
         stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
         if len(stream) <= pos + len(words) * lay.itemsize:

@@ -16,9 +16,11 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 
 1. tensors of two or more dimensions, of at least :data:`MIN_TENSOR_BYTES` bytes, rows of the last
    dimension shorter than a chunk;
-2. a gate on a sample of :data:`SAMPLE` values drawn from a fixed seed (each with the value one row above it
-   in its chunk): the order-0 cost of the filtered sample's symbols (+0, or exponent and leading mantissa
-   bit) and residual bits is at least 1 in :data:`MIN_SAVING` below the unfiltered sample's;
+2. a gate on a sample of one value per :data:`SAMPLE_EVERY` (1,024 to :data:`SAMPLE`) drawn from a fixed seed,
+   each with the value one row above it in its chunk: the order-0 cost of the filtered sample's symbols (+0, or
+   exponent and leading mantissa bit; Miller-Madow corrected) and residual bits is at least 1 in
+   :data:`MIN_SAVING` below the unfiltered sample's (the sample is counted by the host backend: NumPy or numba,
+   the same integers; on a device by torch);
 3. then the encoder codes the words both ways and keeps, chunk by chunk, the smaller payload (a tie: the
    unfiltered one): the section names the filtered chunks.  A stream with no filtered chunk has no section.
 
@@ -28,13 +30,16 @@ and ``filter_inverse``), torch for device streams.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import format as fmt
 from .layouts import FloatLayout
 
 MIN_TENSOR_BYTES = 1 << 20   # smaller tensors are not tried (the gate's and second encode's fixed costs)
-SAMPLE = 4096                # the gate's sampled values
+SAMPLE = 4096                # the gate's most sampled values: one per SAMPLE_EVERY values, at least SAMPLE // 4
+SAMPLE_EVERY = 256
 SAMPLE_SEED = 0xF117E5
 MIN_SAVING = 64              # the gate opens where the filtered sample costs >= 1/MIN_SAVING less
 BLOCK_WORDS = 1 << 20        # the NumPy transforms work through about this many words at a time
@@ -64,11 +69,6 @@ def unzigzag(z: np.ndarray):
     """The signed differences (int64) of the zigzag codes ``z``."""
     z = z.astype(np.int64)
     return (z >> 1) ^ -(z & 1)
-
-
-def _predicted(n: int, chunk_size: int, width: int, first: int = 0) -> np.ndarray:
-    """Which of ``n`` words from chunk-aligned offset ``first`` have a value a row above in their chunk."""
-    return (np.arange(first, first + n, dtype=np.int64) % chunk_size) >= width
 
 
 def forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int) -> np.ndarray:
@@ -111,103 +111,130 @@ def inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, ch
         seg[width:] = (seg[width:] & sign) | mag[width:].astype(seg.dtype)
 
 
-def _sample_positions(numel: int, chunk_size: int, width: int) -> np.ndarray:
-    """The gate's sampled offsets: each has a value a row above in its chunk."""
-    at = _RANDOM % numel
-    return at[(at % chunk_size) >= width]
-
-
 def _cost(counts: np.ndarray, n_nonzero: int, both_signs: bool, M: int) -> float:
-    """Estimated bits of a sample: its symbols' order-0 entropy (``counts``: +0 first) and residual bits."""
+    """Estimated bits of a sample: its symbols' order-0 entropy (``counts``: +0 first), with the Miller-Madow
+    correction of a small sample's bias ((K - 1) / 2 nats for K symbols seen: the filtered sample's wider
+    alphabet looks cheaper than it codes), and its residual bits."""
     c = counts[counts > 0].astype(np.float64)
     total = c.sum()
-    return float((c * np.log2(total / c)).sum()) + n_nonzero * (M - 1 + (1 if both_signs else 0))
+    bias = (len(c) - 1) / (2 * np.log(2.0))
+    return float((c * np.log2(total / c)).sum()) + bias + n_nonzero * (M - 1 + (1 if both_signs else 0))
 
 
-def _gate(counts_raw, counts_up, nz_raw, nz_up, signs_raw, signs_up, M) -> bool:
-    raw = _cost(counts_raw, nz_raw, signs_raw, M)
-    return _cost(counts_up, nz_up, signs_up, M) * MIN_SAVING <= raw * (MIN_SAVING - 1)
+@functools.lru_cache(maxsize=64)
+def sample_offsets(numel: int, chunk_size: int, width: int) -> np.ndarray:
+    """The gate's sampled offsets, ascending (read in address order): of the fixed random draws
+    ``_RANDOM % numel``, those with a value a row above in their chunk (cached: the same for every tensor of
+    this size, chunk size and row width)."""
+    at = _RANDOM[:min(SAMPLE, max(SAMPLE // 4, numel // SAMPLE_EVERY))] % numel
+    at = np.sort(at[(at % chunk_size) >= width])
+    at.flags.writeable = False
+    return at
 
 
-def choose(words: np.ndarray, shape, lay: FloatLayout, chunk_size: int) -> int:
-    """The row width the encoders try FILTER_UP with, or 0 (the gate: steps 1 and 2 above)."""
-    width = row_width(shape, len(words), lay.itemsize, chunk_size)
-    if not width:
-        return 0
-    at = _sample_positions(len(words), chunk_size, width)
-    if len(at) < SAMPLE // 4:
-        return 0
-    k, mask, sign = _masks(lay)
-    M = lay.man_bits
-    v = words[at]
+def sample_counts(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int, nbins: int):
+    """The gate's statistics of ``words`` at the offsets ``at`` (:func:`sample_offsets`): ``(counts (2, nbins),
+    non-zero (2,), positive (2,), negative (2,))``, row 0 of each for the words as they are, row 1 for their
+    FILTER_UP words; a symbol is 0 for +0, else ``magnitude >> (M - 1)`` plus 1 (exponent and leading mantissa
+    bit).  (codec._filters_numba has the numba twin, device streams :func:`sample_counts_torch`.)"""
+    mask = (1 << k) - 1
+    v = words[at].astype(np.int64)
     mag = v & mask
-    up = zigzag((mag - (words[at - width] & mask)) & mask, k, mask)
-    nbins = (1 << (lay.exp_bits + 1)) + 1
-    got = []
-    for m in (mag, up):
-        keys = np.where(m == 0, 0, (m >> (M - 1)).astype(np.int64) + 1)
+    d = (mag - (words[at - width].astype(np.int64) & mask)) & mask
+    up = ((d << 1) & mask) ^ ((d >> (k - 1)) * mask)
+    neg = (v >> k) != 0
+    c = np.zeros((2, nbins), np.int64)
+    nz, pos, negs = (np.zeros(2, np.int64) for _ in range(3))
+    for t, m in enumerate((mag, up)):
+        c[t] = np.bincount(np.where(m == 0, 0, (m >> (M - 1)) + 1), minlength=nbins)
         nonzero = m != 0
-        neg = (v & sign) != 0
-        got.append((np.bincount(keys, minlength=nbins), int(nonzero.sum()),
-                    bool((neg & nonzero).any() and (~neg & nonzero).any())))
-    (c0, n0, s0), (c1, n1, s1) = got
-    return width if _gate(c0, c1, n0, n1, s0, s1, M) else 0
+        nz[t], pos[t], negs[t] = nonzero.sum(), (nonzero & ~neg).sum(), (nonzero & neg).sum()
+    return c, nz, pos, negs
 
 
-def choose_torch(words, shape, lay: FloatLayout, chunk_size: int) -> int:
-    """:func:`choose` on a torch tensor of words (on its device): the same sample and the same counts."""
+def sample_counts_torch(words, at: np.ndarray, width: int, k: int, M: int, nbins: int):
+    """:func:`sample_counts` of a torch tensor of words, on its device (the counts come back to the host)."""
     import torch
 
-    width = row_width(shape, words.numel(), lay.itemsize, chunk_size)
+    idx = torch.from_numpy(np.array(at)).to(words.device)
+    mask = (1 << k) - 1
+    sv = fmt.signed_view(words)
+    v = sv[idx].to(torch.int64) & ((1 << (k + 1)) - 1)
+    mag = v & mask
+    d = (mag - (sv[idx - width].to(torch.int64) & mask)) & mask
+    up = ((d << 1) & mask) ^ ((d >> (k - 1)) * mask)
+    neg = (v >> k) != 0
+    c = np.zeros((2, nbins), np.int64)
+    nz, pos, negs = (np.zeros(2, np.int64) for _ in range(3))
+    for t, m in enumerate((mag, up)):
+        c[t] = torch.bincount(torch.where(m == 0, 0, (m >> (M - 1)) + 1), minlength=nbins).cpu().numpy()
+        nonzero = m != 0
+        nz[t], pos[t], negs[t] = int(nonzero.sum()), int((nonzero & ~neg).sum()), int((nonzero & neg).sum())
+    return c, nz, pos, negs
+
+
+def choose(words, shape, lay: FloatLayout, chunk_size: int, counts=sample_counts) -> int:
+    """The row width the encoders try FILTER_UP with, or 0 (the gate: steps 1 and 2 above).  ``words``: a
+    NumPy array, or a torch tensor with ``counts=sample_counts_torch``; ``counts``: :func:`sample_counts` or
+    a twin of it (the same integers)."""
+    n = words.numel() if callable(getattr(words, "numel", None)) else len(words)
+    width = row_width(shape, n, lay.itemsize, chunk_size)
     if not width:
         return 0
-    at = _sample_positions(words.numel(), chunk_size, width)
-    if len(at) < SAMPLE // 4:
+    at = sample_offsets(n, chunk_size, width)
+    if len(at) < SAMPLE // 16:
         return 0
-    k = lay.exp_bits + lay.man_bits
     M = lay.man_bits
-    idx = torch.from_numpy(at).to(words.device)
-    v = fmt.signed_view(words)[idx].to(torch.int64) & ((1 << (k + 1)) - 1)
-    above = fmt.signed_view(words)[idx - width].to(torch.int64) & ((1 << k) - 1)
-    mag = v & ((1 << k) - 1)
-    d = (mag - above) & ((1 << k) - 1)
-    up = ((d << 1) & ((1 << k) - 1)) ^ ((d >> (k - 1)) * ((1 << k) - 1))
-    nbins = (1 << (lay.exp_bits + 1)) + 1
-    neg = (v >> k) != 0
-    got = []
-    for m in (mag, up):
-        keys = torch.where(m == 0, 0, (m >> (M - 1)) + 1)
-        nonzero = m != 0
-        got.append((torch.bincount(keys, minlength=nbins).cpu().numpy(), int(nonzero.sum()),
-                    bool((neg & nonzero).any()) and bool((~neg & nonzero).any())))
-    (c0, n0, s0), (c1, n1, s1) = got
-    return width if _gate(c0, c1, n0, n1, s0, s1, M) else 0
+    c, nz, pos, neg = counts(words, at, width, lay.exp_bits + M, M, (1 << (lay.exp_bits + 1)) + 1)
+    raw, up = (_cost(c[t], int(nz[t]), bool(pos[t] and neg[t]), M) for t in (0, 1))
+    return width if up * MIN_SAVING < raw * (MIN_SAVING - 1) else 0
+
+
+def _chunk_blocks(n: int, chunk_size: int, ids):
+    """The chunks ``ids`` (ascending) in blocks of about BLOCK_WORDS words: ``(first chunk, chunks)``
+    lists of chunk ids whose chunks are whole (``chunk_size`` values), and the last, shorter chunk apart."""
+    per = max(1, BLOCK_WORDS // chunk_size)
+    full = [j for j in ids if (j + 1) * chunk_size <= n]
+    blocks = [full[i:i + per] for i in range(0, len(full), per)]
+    if ids and (ids[-1] + 1) * chunk_size > n:
+        blocks.append([ids[-1]])
+    return blocks
+
+
+def _torch_rows(sv, ids, n: int, chunk_size: int):
+    """The words of chunks ``ids`` (all whole, or one last chunk) of the signed view ``sv``, as unsigned int64
+    rows ``(len(ids), length)``, and the flat offsets they came from."""
+    import torch
+
+    length = min(chunk_size, n - ids[0] * chunk_size)
+    at = (torch.as_tensor(ids, device=sv.device, dtype=torch.int64)[:, None] * chunk_size
+          + torch.arange(length, device=sv.device, dtype=torch.int64)).reshape(-1)
+    bits = 8 * sv.element_size()
+    return (sv[at].to(torch.int64) & ((1 << bits) - 1)).view(len(ids), length), at
 
 
 def forward_torch(words, lay: FloatLayout, chunk_size: int, width: int):
-    """:func:`forward` of a torch tensor of words, on its device (a new tensor)."""
-    import torch
-
+    """:func:`forward` of a torch tensor of words, on its device (a new tensor), about BLOCK_WORDS words at a
+    time (bounded scratch)."""
     k = lay.exp_bits + lay.man_bits
     mask = (1 << k) - 1
-    src = fmt.signed_view(words).to(torch.int64)
-    n = src.numel()
-    rows = -(-n // chunk_size)
-    pad = torch.zeros(rows * chunk_size, dtype=torch.int64, device=words.device)
-    pad[:n] = src
-    m = pad.view(rows, chunk_size)
-    mag = m & mask
-    d = (mag[:, width:] - mag[:, :-width]) & mask
-    res = m.clone()
-    res[:, width:] = (m[:, width:] & (1 << k)) | (((d << 1) & mask) ^ ((d >> (k - 1)) * mask))
-    out = torch.empty_like(words)
-    fmt.signed_view(out).copy_(_to_signed(res.view(-1)[:n], lay))
+    n = words.numel()
+    out = words.clone()
+    sv, so = fmt.signed_view(words), fmt.signed_view(out)
+    for ids in _chunk_blocks(n, chunk_size, list(range(-(-n // chunk_size)))):
+        m, at = _torch_rows(sv, ids, n, chunk_size)
+        if m.shape[1] <= width:
+            continue
+        mag = m & mask
+        d = (mag[:, width:] - mag[:, :-width]) & mask
+        m[:, width:] = (m[:, width:] & (1 << k)) | (((d << 1) & mask) ^ ((d >> (k - 1)) * mask))
+        so[at] = _to_signed(m.reshape(-1), lay)
     return out
 
 
 def _to_signed(v, lay: FloatLayout):
-    """int64 tensor of unsigned word values as the signed integers of the word's width (torch does no
-    arithmetic on uint16/uint32)."""
+    """int64 tensor of unsigned word values (< 2^bits) as the signed integers of the word's width (torch does
+    no arithmetic on uint16/uint32)."""
     import torch
 
     bits = 8 * lay.itemsize
@@ -216,34 +243,36 @@ def _to_signed(v, lay: FloatLayout):
 
 
 def inverse_torch(filt: fmt.Filter, words, lay: FloatLayout, chunk_size: int) -> None:
-    """:func:`inverse` of a whole stream's words in a torch tensor, in place on its device."""
+    """:func:`inverse` of a whole stream's words in a torch tensor, in place on its device: the filtered chunks
+    about BLOCK_WORDS words at a time, each block's columns summed at once (a cumulative sum over rows)."""
     import torch
 
     k = lay.exp_bits + lay.man_bits
     mask = (1 << k) - 1
     n = words.numel()
     width = filt.width
-    ids = np.flatnonzero(filt.chunks).tolist()
-    per = -(-chunk_size // width) * width
     sv = fmt.signed_view(words)
-    for j in ids:
-        a, b = j * chunk_size, min(n, (j + 1) * chunk_size)
-        if b - a <= width:
+    for ids in _chunk_blocks(n, chunk_size, np.flatnonzero(filt.chunks).tolist()):
+        seg, at = _torch_rows(sv, ids, n, chunk_size)
+        length = seg.shape[1]
+        if length <= width:
             continue
-        seg = sv[a:b].to(torch.int64) & ((1 << (k + 1)) - 1)
-        d = torch.zeros(per, dtype=torch.int64, device=words.device)
+        rows = -(-length // width)
+        d = torch.zeros((len(ids), rows * width), dtype=torch.int64, device=words.device)
         z = seg & mask
-        d[:b - a] = (z >> 1) ^ -(z & 1)
-        d[:width] = z[:width]
-        mag = torch.cumsum(d.view(-1, width), dim=0).view(-1)[:b - a] & mask
-        sv[a + width:b] = _to_signed((seg[width:] & (1 << k)) | mag[width:], lay)
+        d[:, :length] = (z >> 1) ^ -(z & 1)
+        d[:, :width] = z[:, :width]                      # the first row: magnitudes as they are
+        mag = torch.cumsum(d.view(len(ids), rows, width), dim=1).view(len(ids), -1)[:, :length] & mask
+        seg[:, width:] = (seg[:, width:] & (1 << k)) | mag[:, width:]
+        sv[at] = _to_signed(seg.reshape(-1), lay)
 
 
 def merge(plain, filtered, width: int, *, repeats: bytes = b"") -> bytes:
     """One stream from two of the same words, coded unfiltered (``plain``) and with FILTER_UP (``filtered``):
     each chunk's smaller payload (a tie: the unfiltered one) and a section naming the filtered chunks; the
-    unfiltered stream as it is where no chunk's filtered payload is smaller.  ``repeats``: both streams'
-    row-repeat section, carried over."""
+    unfiltered stream as it is where that stream would not be shorter (no chunk's filtered payload is smaller,
+    or what they save does not pay for the section).  ``repeats``: both streams' row-repeat section, carried
+    over."""
     hp, hf = fmt.parse_header(plain), fmt.parse_header(filtered)
     sp, sf = (np.diff(h.ends, prepend=0) for h in (hp, hf))
     pick = sf < sp
@@ -255,6 +284,8 @@ def merge(plain, filtered, width: int, *, repeats: bytes = b"") -> bytes:
     crcs = np.where(pick, hf.crcs, hp.crcs) if hp.checksum else None
     head = fmt.pack_header(hp.layout, hp.shape, hp.chunk_size, hp.flags, kinds, sizes, crcs, repeats=repeats,
                            filter=fmt.pack_filter(width, pick))
+    if len(head) + int(sizes.sum()) >= len(plain):
+        return plain
     out = bytearray(len(head) + int(sizes.sum()))
     out[:len(head)] = head
     at = len(head)

@@ -98,9 +98,10 @@ def test_kernels_and_torch_transform_as_numpy_does(dtype):
         filters.inverse_torch(fmt.Filter(fmt.FILTER_UP, width, chunks, 0), got, lay, cs)
         assert (got.view(lay.torch_view_ints).numpy().view(lay.uint) == w).all()
         if len(chunks) > 2:                                             # from a later chunk on
-            part = back[cs:].copy()
-            _filters_numba.filter_inverse(part, lay, cs, width, chunks, 1)
-            assert (part == w[cs:]).all()
+            for inverse in (filters.inverse, _filters_numba.filter_inverse):
+                part = back[cs:].copy()
+                inverse(part, lay, cs, width, chunks, 1)
+                assert (part == w[cs:]).all()
 
 
 def test_identical_rows_become_zero_and_first_rows_stay():
@@ -143,6 +144,7 @@ def test_filter_with_row_repeats(small_tensors, monkeypatch):
     blob = codec.encode(x, chunk_size=4096)
     h = fmt.parse_header(blob)
     assert h.version == fmt.FILTER_VERSION and h.repeats is not None and h.filter is not None
+    assert h.filter.chunks[0] and (h.repeats.src == 50).all()     # the source row's chunk is filtered
     assert_bit_equal(codec.decode(blob), x)
     assert bytes(codec.encode(x, chunk_size=4096, backend="reference")) == bytes(blob)
     flat = bits(x).reshape(-1)
@@ -175,6 +177,21 @@ def test_the_device_encoder_and_decoder_agree_with_the_host(small_tensors):
 
     h, words = device.decode_stream(torch.frombuffer(bytearray(want), dtype=torch.uint8))   # a stream "there"
     assert h.filter is not None and (words.numpy().view(np.uint16) == bits(x).reshape(-1)).all()
+    y = column_scaled("bfloat16", 32, 32, 12, 2)                              # + repeated rows: both sections
+    y[20:32] = y[3]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(repeats, "MIN_TENSOR_BYTES", 0)
+    mp.setattr(repeats, "GATE_BYTES", 1)
+    try:
+        want = bytes(codec.encode(y, chunk_size=512))
+        assert bytes(codec.encode(y, chunk_size=512, backend="triton")) == want
+    finally:
+        mp.undo()
+    h = fmt.parse_header(want)
+    assert h.filter is not None and h.repeats is not None
+    assert_bit_equal(codec.decode(want, backend="triton"), y)
+    h, words = device.decode_stream(torch.frombuffer(bytearray(want), dtype=torch.uint8))
+    assert (words.numpy().view(np.uint16) == bits(y).reshape(-1)).all()
 
 
 @settings(max_examples=40, deadline=None)
@@ -256,8 +273,9 @@ def test_a_hand_made_section_decodes(compact, checksum):
     (_section(b"\x01\xa8\x00\x0f"), "row width is not in its shortest form"),
     (b"\x80\x80\x40\x01", "1048576 bytes"),
 ])
-def test_forged_sections_say_what_is_wrong(section, message):
-    blob, _ = _stream_with(section)
+@pytest.mark.parametrize("compact", [False, True])
+def test_forged_sections_say_what_is_wrong(section, message, compact):
+    blob, _ = _stream_with(section, compact=compact)
     with pytest.raises(codec.FormatError, match=message):
         codec.decode(blob)
     with pytest.raises(codec.FormatError):
@@ -282,15 +300,41 @@ def test_the_flag_needs_version_10_and_the_section_is_covered_by_the_header_crc(
         codec.decode(bytes(bad))
 
 
-@pytest.mark.parametrize("compact", [False, True])
-def test_a_device_decoder_reads_the_section_from_the_stream_prefix(compact):
+def _both_sections(n_chunks, chunk_size, *, compact=False, checksum=True, filter_section=None):
+    """A hand-made version-10 stream of raw chunks with a row-repeat section (rows of 40: row 5 repeats row 1)
+    and a row-filter section naming every other chunk (the stored words need not be filtered to parse)."""
+    lay = layout_for(np_dtype("bfloat16"))
+    numel = n_chunks * chunk_size
+    words = bits(make_values("gaussian", "bfloat16", numel, 13)).reshape(-1)
+    crcs = [fmt.crc32c(words[i * chunk_size:(i + 1) * chunk_size].tobytes()) for i in range(n_chunks)] if checksum else None
+    chunks = np.arange(n_chunks) % 2 == 0
+    head = fmt.pack_header(lay, (numel // 40, 40), chunk_size, fmt.FLAG_CHECKSUM if checksum else 0,
+                           [fmt.KIND_RAW] * n_chunks, [2 * chunk_size] * n_chunks, crcs, compact=compact,
+                           version=fmt.FILTER_VERSION, repeats=fmt.pack_repeats(40, [5], [1]),
+                           filter=fmt.pack_filter(40, chunks) if filter_section is None else filter_section)
+    return head + words.tobytes(), chunks
+
+
+@pytest.mark.parametrize("compact, n_chunks", [(False, 4), (True, 4), (False, 60), (False, 300)])
+def test_a_device_decoder_reads_the_sections_from_the_stream_prefix(compact, n_chunks):
     """codegen.device reads a stream's first bytes (header_extent of them, asking again while the extent
-    grows): the sections lie there, before the payloads."""
-    blob, _ = _stream_with(fmt.pack_filter(40, [True, False, True, True]), compact=compact, checksum=True,
-                           chunk_size=100)
+    grows): both sections lie there, before the payloads, however long the chunk table."""
+    blob, chunks = _both_sections(n_chunks, 80, compact=compact)
     pre = blob[:fmt.header_nbytes(fmt.MAX_NDIM, 0, False)]
+    asks = 0
     while fmt.header_extent(pre) > len(pre):
         pre = blob[:fmt.header_extent(pre)]
+        asks += 1
     h = fmt.parse_header(pre, len(blob))
-    assert (h.filter.chunks == [True, False, True, True]).all() and h.payload_start <= len(pre)
+    assert (h.filter.chunks == chunks).all() and (h.repeats.dst == [5]).all() and h.payload_start <= len(pre)
     assert fmt.header_extent(blob) == fmt.parse_header(blob).payload_start
+    assert asks >= (1 if n_chunks > 30 else 0)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_a_forged_filter_after_a_row_repeat_section_is_refused(compact):
+    for section, message in ((_section(b"\x01\x28"), "2 bytes, 3 for 4 chunks"),
+                             (_section(b"\x01\x28\x10"), "chunk bitmap has padding bits set"), (b"\x05\x01", "")):
+        blob, _ = _both_sections(4, 100, compact=compact, checksum=False, filter_section=section)
+        with pytest.raises(codec.FormatError, match="row-filter section: " + (message if len(section) > 2 else "")):
+            codec.decode(blob)
