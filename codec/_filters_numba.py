@@ -10,16 +10,31 @@ from numba import njit
 from .layouts import FloatLayout
 
 
+# The numba backend's row filter (codec._numba re-exports these plain functions, not the kernels: a decoder's
+# namespace copies _numba's globals, and read-only and writeable arrays would compile a kernel twice, so the
+# words read are always passed as a read-only view).
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def filter_forward(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int) -> np.ndarray:
-    """codec.filters.forward by :func:`forward` (the numba backend's)."""
+    """codec.filters.forward by :func:`forward`."""
     out = np.empty_like(words)
-    forward(words, out, chunk_size, width, lay.exp_bits + lay.man_bits)
+    forward(_read_only(words), out, chunk_size, width, lay.exp_bits + lay.man_bits)
     return out
 
 
 def filter_inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, chunks, first: int = 0) -> None:
-    """codec.filters.inverse by :func:`inverse` (the numba backend's)."""
-    inverse(words, chunk_size, width, lay.exp_bits + lay.man_bits, np.ascontiguousarray(chunks, dtype=np.bool_), first)
+    """codec.filters.inverse by :func:`inverse`."""
+    inverse(words, chunk_size, width, lay.exp_bits + lay.man_bits, _read_only(np.ascontiguousarray(chunks, np.bool_)),
+            first)
+
+
+def filter_counts(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int, nbins: int):
+    """codec.filters.sample_counts by :func:`counts`."""
+    return counts(_read_only(words), _read_only(at), width, k, M, nbins)
 
 
 @njit(cache=True)
@@ -65,7 +80,7 @@ def inverse(words, chunk_size, width, k, chunks, first):
 
 
 @njit(cache=True)
-def filter_counts(words, at, width, k, M, nbins):
+def counts(words, at, width, k, M, nbins):
     """codec.filters.sample_counts, the same integers in one pass over the sample."""
     mask = (np.int64(1) << k) - 1
     c = np.zeros((2, nbins), np.int64)
