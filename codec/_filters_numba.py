@@ -7,7 +7,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .filters import COST_BITS, LOG2_TABLE, MM_BIAS
 from .layouts import FloatLayout
+
+_LOG2 = LOG2_TABLE.copy()
+_LOG2.flags.writeable = False
 
 
 # The numba backend's row filter (codec._numba re-exports these plain functions, not the kernels: a decoder's
@@ -32,9 +36,9 @@ def filter_inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: 
             first)
 
 
-def filter_counts(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int, nbins: int):
-    """codec.filters.sample_counts by :func:`counts`."""
-    return counts(_read_only(words), _read_only(at), width, k, M, nbins)
+def filter_costs(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int, nbins: int):
+    """codec.filters.numpy_costs by :func:`costs` (the same integers)."""
+    return costs(_read_only(words), _read_only(at), width, k, M, nbins, _LOG2, MM_BIAS, COST_BITS)
 
 
 @njit(cache=True)
@@ -103,3 +107,23 @@ def counts(words, at, width, k, M, nbins):
                 neg[t] += negative
                 pos[t] += 1 - negative
     return c, nz, pos, neg
+
+
+@njit(cache=True)
+def costs(words, at, width, k, M, nbins, log2, bias, bits):
+    """codec.filters.sample_costs of :func:`counts`: ``(raw, filtered)`` in 2^-bits bits."""
+    c, nz, pos, neg = counts(words, at, width, k, M, nbins)
+    out = np.zeros(2, np.int64)
+    for t in range(2):
+        n = 0
+        seen = 0
+        for j in range(nbins):
+            n += c[t, j]
+            seen += c[t, j] > 0
+        ent = 0
+        for j in range(nbins):
+            if c[t, j]:
+                ent += c[t, j] * (log2[n] - log2[c[t, j]])
+        both = 1 if pos[t] and neg[t] else 0
+        out[t] = ent + (seen - 1) * bias + nz[t] * ((M - 1 + both) << bits)
+    return out[0], out[1]

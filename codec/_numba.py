@@ -31,7 +31,7 @@ from .format import (CB_EXPLICIT, explicit_layouts, CHUNK_HEAD, EXPLICIT_MAX_BYT
                      chunk_fault, crc32c, explicit_tables, parse_chunk_head, parse_sparse, plane_width, sign_modes,
                      zero_block_modes)
 from .layouts import FloatLayout
-from ._filters_numba import filter_counts, filter_forward, filter_inverse  # noqa: F401  (this backend's row filter, format 10)
+from ._filters_numba import filter_costs, filter_forward, filter_inverse  # noqa: F401  (this backend's row filter, format 10)
 from ._threads import get_num_threads, kernel_options, run
 from ._simd import (LANES, PERMUTE, ENCODE_PERMUTE, ENCODE_LOOKUPS, RANK_BUCKET, RANK_ENTRY, RANK_FINE, RANK_FINE_ROWS, RANK_NEXT, RANKED_AT, RANKED_LEN,
                     RANKED_SYMBOLS, ENCODE_RANKS, copy_bytes, frozen, encode_prepare16, encode_prepare16_window, encode_prepare16_zeros,

@@ -328,8 +328,8 @@ def _find_filter(words, shape, lay, chunk_size, impl=None) -> int:
     if fmt.WRITE_VERSION != fmt.FORMAT_VERSION:
         return 0
     if is_torch(words):
-        return filters.choose(words, shape, lay, chunk_size, filters.sample_counts_torch)
-    return filters.choose(words, shape, lay, chunk_size, getattr(impl, "filter_counts", filters.sample_counts))
+        return filters.choose(words, shape, lay, chunk_size, filters.torch_costs)
+    return filters.choose(words, shape, lay, chunk_size, getattr(impl, "filter_costs", filters.numpy_costs))
 
 
 def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, section) -> bytearray:

@@ -100,13 +100,13 @@ def get(name: str):
 class _Complete:
     """A host backend with the optional parts of :class:`Backend` filled in: ``encode_into`` from
     ``encode_chunks`` (payloads returned per group of chunks, copied into place), ``empty`` as
-    ``np.empty``, ``reserve``/``shrink`` as plain resizes, ``filter_counts``/``filter_forward``/``filter_inverse``
-    (format 10's row filter: the gate's sample statistics, the transform, its inverse) as :mod:`codec.filters`'
+    ``np.empty``, ``reserve``/``shrink`` as plain resizes, ``filter_costs``/``filter_forward``/``filter_inverse``
+    (format 10's row filter: the gate's sample costs, the transform, its inverse) as :mod:`codec.filters`'
     NumPy ones."""
 
     def __init__(self, impl):
         self.impl = impl
-        for part in ("encode_into", "empty", "reserve", "shrink", "filter_counts", "filter_forward", "filter_inverse"):
+        for part in ("encode_into", "empty", "reserve", "shrink", "filter_costs", "filter_forward", "filter_inverse"):
             if hasattr(impl, part):
                 setattr(self, part, getattr(impl, part))
         self.decode_chunks = impl.decode_chunks
@@ -131,7 +131,7 @@ class _Complete:
     def empty(n, dtype):
         return np.empty(n, dtype)
 
-    filter_counts = staticmethod(filters.sample_counts)   # the row filter (format 10): NumPy's, the specification
+    filter_costs = staticmethod(filters.numpy_costs)      # the row filter (format 10): NumPy's, the specification
     filter_forward = staticmethod(filters.forward)
     filter_inverse = staticmethod(filters.inverse)
 

@@ -16,8 +16,9 @@ The choice, the same for every backend (NumPy on the host, torch on a device):
 
 1. tensors of two or more dimensions, of at least :data:`MIN_TENSOR_BYTES` bytes, rows of the last
    dimension shorter than a chunk;
-2. a gate on a sample of one value per :data:`SAMPLE_EVERY` (1,024 to :data:`SAMPLE`) drawn from a fixed seed,
-   each with the value one row above it in its chunk: the order-0 cost of the filtered sample's symbols (+0, or
+2. a gate on a sample of one value per :data:`SAMPLE_EVERY` (1,024 to :data:`SAMPLE`, in runs of
+   :data:`SAMPLE_RUN` consecutive values at offsets drawn from a fixed seed), each with the value one row above
+   it in its chunk: the order-0 cost of the filtered sample's symbols (+0, or
    exponent and leading mantissa bit; Miller-Madow corrected) and residual bits is at least 1 in
    :data:`MIN_SAVING` below the unfiltered sample's (the sample is counted by the host backend: NumPy or numba,
    the same integers; on a device by torch);
@@ -39,7 +40,8 @@ from .layouts import FloatLayout
 
 MIN_TENSOR_BYTES = 1 << 20   # smaller tensors are not tried (the gate's and second encode's fixed costs)
 SAMPLE = 4096                # the gate's most sampled values: one per SAMPLE_EVERY values, at least SAMPLE // 4
-SAMPLE_EVERY = 256
+SAMPLE_EVERY = 1024
+SAMPLE_RUN = 16              # ... in runs of this many consecutive values (a cache line or two, read at once)
 SAMPLE_SEED = 0xF117E5
 MIN_SAVING = 64              # the gate opens where the filtered sample costs >= 1/MIN_SAVING less
 BLOCK_WORDS = 1 << 20        # the NumPy transforms work through about this many words at a time
@@ -111,23 +113,47 @@ def inverse(words: np.ndarray, lay: FloatLayout, chunk_size: int, width: int, ch
         seg[width:] = (seg[width:] & sign) | mag[width:].astype(seg.dtype)
 
 
-def _cost(counts: np.ndarray, n_nonzero: int, both_signs: bool, M: int) -> float:
-    """Estimated bits of a sample: its symbols' order-0 entropy (``counts``: +0 first), with the Miller-Madow
+COST_BITS = 16                 # the gate's costs are integers, in 2^-16 bits (the same in every backend)
+LOG2_TABLE = np.round(np.log2(np.maximum(np.arange(SAMPLE + 1), 1)) * (1 << COST_BITS)).astype(np.int64)
+MM_BIAS = round((1 << COST_BITS) / (2 * np.log(2.0)))    # Miller-Madow: 1/2 nat a symbol seen, in 2^-16 bits
+
+
+def sample_costs(c: np.ndarray, nz: np.ndarray, pos: np.ndarray, neg: np.ndarray, M: int) -> tuple[int, int]:
+    """The estimated costs of the sample as it is and filtered (rows 0 and 1 of :func:`sample_counts`), integers
+    in 2^-COST_BITS bits: the symbols' order-0 entropy ``sum c log2(N / c)`` (LOG2_TABLE), the Miller-Madow
     correction of a small sample's bias ((K - 1) / 2 nats for K symbols seen: the filtered sample's wider
-    alphabet looks cheaper than it codes), and its residual bits."""
-    c = counts[counts > 0].astype(np.float64)
-    total = c.sum()
-    bias = (len(c) - 1) / (2 * np.log(2.0))
-    return float((c * np.log2(total / c)).sum()) + bias + n_nonzero * (M - 1 + (1 if both_signs else 0))
+    alphabet looks cheaper than it codes), and the residual bits (M - 1 mantissa bits, and the sign where the
+    sample has both)."""
+    out = []
+    for t in (0, 1):
+        ct = c[t][c[t] > 0]
+        n = int(ct.sum())
+        ent = int((ct * (LOG2_TABLE[n] - LOG2_TABLE[ct])).sum())
+        both = 1 if pos[t] and neg[t] else 0
+        out.append(ent + (len(ct) - 1) * MM_BIAS + int(nz[t]) * ((M - 1 + both) << COST_BITS))
+    return out[0], out[1]
+
+
+def numpy_costs(words, at, width: int, k: int, M: int, nbins: int) -> tuple[int, int]:
+    """:func:`sample_costs` of :func:`sample_counts` (what the NumPy reference runs)."""
+    return sample_costs(*sample_counts(words, at, width, k, M, nbins), M)
+
+
+def torch_costs(words, at, width: int, k: int, M: int, nbins: int) -> tuple[int, int]:
+    """:func:`sample_costs` of :func:`sample_counts_torch` (a device tensor's words)."""
+    return sample_costs(*sample_counts_torch(words, at, width, k, M, nbins), M)
 
 
 @functools.lru_cache(maxsize=64)
 def sample_offsets(numel: int, chunk_size: int, width: int) -> np.ndarray:
-    """The gate's sampled offsets, ascending (read in address order): of the fixed random draws
-    ``_RANDOM % numel``, those with a value a row above in their chunk (cached: the same for every tensor of
-    this size, chunk size and row width)."""
-    at = _RANDOM[:min(SAMPLE, max(SAMPLE // 4, numel // SAMPLE_EVERY))] % numel
-    at = np.sort(at[(at % chunk_size) >= width])
+    """The gate's sampled offsets, ascending (read in address order): runs of SAMPLE_RUN consecutive values from
+    the fixed random draws ``_RANDOM % numel``, those runs that lie in one chunk with a value a row above each
+    (cached: the same for every tensor of this size, chunk size and row width)."""
+    runs = min(SAMPLE, max(SAMPLE // 4, numel // SAMPLE_EVERY)) // SAMPLE_RUN
+    at = np.sort(_RANDOM[:runs] % numel)
+    off = at % chunk_size
+    at = at[(off >= width) & (off + SAMPLE_RUN <= chunk_size) & (at + SAMPLE_RUN <= numel)]
+    at = (at[:, None] + np.arange(SAMPLE_RUN)).reshape(-1)
     at.flags.writeable = False
     return at
 
@@ -173,10 +199,10 @@ def sample_counts_torch(words, at: np.ndarray, width: int, k: int, M: int, nbins
     return c, nz, pos, negs
 
 
-def choose(words, shape, lay: FloatLayout, chunk_size: int, counts=sample_counts) -> int:
+def choose(words, shape, lay: FloatLayout, chunk_size: int, costs=numpy_costs) -> int:
     """The row width the encoders try FILTER_UP with, or 0 (the gate: steps 1 and 2 above).  ``words``: a
-    NumPy array, or a torch tensor with ``counts=sample_counts_torch``; ``counts``: :func:`sample_counts` or
-    a twin of it (the same integers)."""
+    NumPy array, or a torch tensor with ``costs=torch_costs``; ``costs``: :func:`numpy_costs` or a twin of it
+    (the same integers: codec._filters_numba's ``filter_costs``)."""
     n = words.numel() if callable(getattr(words, "numel", None)) else len(words)
     width = row_width(shape, n, lay.itemsize, chunk_size)
     if not width:
@@ -185,8 +211,7 @@ def choose(words, shape, lay: FloatLayout, chunk_size: int, counts=sample_counts
     if len(at) < SAMPLE // 16:
         return 0
     M = lay.man_bits
-    c, nz, pos, neg = counts(words, at, width, lay.exp_bits + M, M, (1 << (lay.exp_bits + 1)) + 1)
-    raw, up = (_cost(c[t], int(nz[t]), bool(pos[t] and neg[t]), M) for t in (0, 1))
+    raw, up = costs(words, at, width, lay.exp_bits + M, M, (1 << (lay.exp_bits + 1)) + 1)
     return width if up * MIN_SAVING < raw * (MIN_SAVING - 1) else 0
 
 

@@ -104,6 +104,29 @@ def test_kernels_and_torch_transform_as_numpy_does(dtype):
                 assert (part == w[cs:]).all()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_gate_costs_the_same_in_every_backend(dtype, small_tensors):
+    """The gate's integer costs (NumPy: the specification; numba; torch for device tensors) agree exactly, on
+    column-scaled words (the gate opens), iid words (it stays closed) and all-+0 words (never opens)."""
+    torch = pytest.importorskip("torch")
+    lay = layout_for(np_dtype(dtype))
+    M, k = lay.man_bits, lay.exp_bits + lay.man_bits
+    nbins = (1 << (lay.exp_bits + 1)) + 1
+    cases = {"columns": column_scaled(dtype, 2048, 128, 14, 8), "iid": make_values("gaussian", dtype, 2048 * 128, 15),
+             "zeros": np.zeros(2048 * 128, np_dtype(dtype))}
+    opened = {}
+    for name, x in cases.items():
+        w = bits(x).reshape(-1)
+        at = filters.sample_offsets(len(w), 65536, 128)
+        want = filters.numpy_costs(w, at, 128, k, M, nbins)
+        assert tuple(map(int, _filters_numba.filter_costs(w, at, 128, k, M, nbins))) == want
+        t = torch.from_numpy(w.view(lay.view_ints).copy()).view(lay.torch_words)
+        assert filters.torch_costs(t, at, 128, k, M, nbins) == want
+        opened[name] = filters.choose(w, (2048, 128), lay, 65536) == 128
+        assert filters.choose(t, (2048, 128), lay, 65536, filters.torch_costs) == (128 if opened[name] else 0)
+    assert opened == {"columns": True, "iid": False, "zeros": False}
+
+
 def test_identical_rows_become_zero_and_first_rows_stay():
     lay = layout_for(np_dtype("bfloat16"))
     w = np.tile(np.array([0x3F80, 0xBF80, 0x0001, 0x7FC1], np.uint16), 6)     # rows of 4, all alike
