@@ -7,7 +7,8 @@ For every tensor of the ratio corpus of two or more dimensions and at least code
 (the only ones whose filter the encoder tries), one codec thread: the stream's size with the filter (the default
 encode) and without it (codec.filters.MIN_TENSOR_BYTES set past every tensor, which turns it off and changes
 nothing else), the median encode and decode time of each over ``--rounds`` alternating rounds and the median of
-the rounds' ratios (with / without), and the gate alone (``codec.filters.choose``, best of the rounds).
+the rounds' ratios (with / without), and the gate alone (``codec.filters.choose`` with the numba backend's
+costs, as encode runs it; best of the rounds, the tensor warm in cache).
 Prints a markdown table, the CPU model, and the medians over the tensors whose gate stayed closed.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import codec
 from bench.corpus import build_corpus_f32, cast, uint_view
 from bench.speed import _best
 from bench.speed import _cpu_model as cpu_model
-from codec import filters
+from codec import backends, filters
 from codec.layouts import layout_for
 
 
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
                 td_on.append(_best(lambda: codec.decode(with_), 1)[0])
             enc = float(np.median(np.array(te_on) / np.array(te_off)))
             dec = float(np.median(np.array(td_on) / np.array(td_off)))
-            t_gate = _best(lambda: filters.choose(w, x.shape, lay, cs), a.rounds)[0]
+            gate = backends.get("numba").filter_costs                  # what encode runs
+            t_gate = _best(lambda: filters.choose(w, x.shape, lay, cs, gate), a.rounds)[0]
             filt = codec.inspect(with_)["row_filter"]
             if filt is None:
                 closed_enc.append(enc)
