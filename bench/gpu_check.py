@@ -150,9 +150,6 @@ def _repeated_rows(report, cpu_backend) -> None:
     tensor; the rows are then compared on the host) and decoded there (the section applied to the device's
     words); format 10: a column-scaled tensor's row filter (the gate and the transform on the device, the
     inverse on the decoded words there): the CPU encoder's bytes, the input's bits."""
-    import torch
-
-    import codec
     from tests.helpers import column_scaled, padded_batch
 
     for case, x in (("format 9 row repeats", padded_batch("bfloat16", 17, 128, 256, 1, 40)),
