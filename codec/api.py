@@ -309,14 +309,12 @@ def encode(x, *, chunk_size: int | None = None, checksum: bool = False, backend:
                 return plain
             dst[:len(plain)] = np.frombuffer(plain, np.uint8)
             return result(len(plain))
-    width = _find_filter(words, shape, lay, chunk_size, impl)
-    if width:
-        stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
-        if len(stream) <= bound:
-            if dst is None:
-                return stream
-            dst[:len(stream)] = np.frombuffer(stream, np.uint8)
-            return result(len(stream))
+    stream = _filtered(impl, words, lay, shape, chunk_size, checksum, flags, pos)
+    if stream is not None:
+        if dst is None:
+            return stream
+        dst[:len(stream)] = np.frombuffer(stream, np.uint8)
+        return result(len(stream))
     stream = _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, dst, b"")
     return stream if dst is None else result(stream)
 
@@ -341,13 +339,22 @@ def _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags
     return filters.merge(plain, up, width, repeats=section)
 
 
-def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos) -> bytearray:
-    """The stream of ``words`` without a row-repeat section: through the row filter where it is tried."""
+def _filtered(impl, words, lay, shape, chunk_size, checksum, flags, pos) -> bytearray | None:
+    """The stream of ``words`` (no row-repeat section, the head at most ``pos`` bytes) through the row filter,
+    where its gate opens and the stream stays within the bound; else None."""
     width = _find_filter(words, shape, lay, chunk_size, impl)
     if width:
         stream = _encode_filtered(impl, words, width, lay, shape, chunk_size, checksum, flags, pos, b"")
         if len(stream) <= pos + len(words) * lay.itemsize:
             return stream
+    return None
+
+
+def _encode_words(impl, words, lay, shape, chunk_size, checksum, flags, pos) -> bytearray:
+    """The stream of ``words`` without a row-repeat section: through the row filter where it is tried."""
+    stream = _filtered(impl, words, lay, shape, chunk_size, checksum, flags, pos)
+    if stream is not None:
+        return stream
     return _encode_host(impl, words, lay, shape, chunk_size, checksum, flags, pos, None, b"")
 
 

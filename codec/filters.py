@@ -162,12 +162,16 @@ def sample_counts(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int,
     """The gate's statistics of ``words`` at the offsets ``at`` (:func:`sample_offsets`): ``(counts (2, nbins),
     non-zero (2,), positive (2,), negative (2,))``, row 0 of each for the words as they are, row 1 for their
     FILTER_UP words; a symbol is 0 for +0, else ``magnitude >> (M - 1)`` plus 1 (exponent and leading mantissa
-    bit).  (codec._filters_numba has the numba twin, device streams :func:`sample_counts_torch`.)"""
+    bit).  (codec._filters_numba has the numba twin.)"""
+    return _sample_stats(words[at], words[at - width], k, M, nbins)
+
+
+def _sample_stats(v: np.ndarray, above: np.ndarray, k: int, M: int, nbins: int):
+    """:func:`sample_counts` of the sampled words ``v`` and the words a row above them (unsigned)."""
     mask = (1 << k) - 1
-    v = words[at].astype(np.int64)
+    v = v.astype(np.int64)
     mag = v & mask
-    d = (mag - (words[at - width].astype(np.int64) & mask)) & mask
-    up = ((d << 1) & mask) ^ ((d >> (k - 1)) * mask)
+    up = zigzag((mag - (above.astype(np.int64) & mask)) & mask, k, mask)
     neg = (v >> k) != 0
     c = np.zeros((2, nbins), np.int64)
     nz, pos, negs = (np.zeros(2, np.int64) for _ in range(3))
@@ -179,24 +183,14 @@ def sample_counts(words: np.ndarray, at: np.ndarray, width: int, k: int, M: int,
 
 
 def sample_counts_torch(words, at: np.ndarray, width: int, k: int, M: int, nbins: int):
-    """:func:`sample_counts` of a torch tensor of words, on its device (the counts come back to the host)."""
+    """:func:`sample_counts` of a torch tensor of words on its device: the sample (at most SAMPLE words and those
+    above them) is gathered there and counted on the host, by the same code."""
     import torch
 
     idx = torch.from_numpy(np.array(at)).to(words.device)
-    mask = (1 << k) - 1
-    sv = fmt.signed_view(words)
-    v = sv[idx].to(torch.int64) & ((1 << (k + 1)) - 1)
-    mag = v & mask
-    d = (mag - (sv[idx - width].to(torch.int64) & mask)) & mask
-    up = ((d << 1) & mask) ^ ((d >> (k - 1)) * mask)
-    neg = (v >> k) != 0
-    c = np.zeros((2, nbins), np.int64)
-    nz, pos, negs = (np.zeros(2, np.int64) for _ in range(3))
-    for t, m in enumerate((mag, up)):
-        c[t] = torch.bincount(torch.where(m == 0, 0, (m >> (M - 1)) + 1), minlength=nbins).cpu().numpy()
-        nonzero = m != 0
-        nz[t], pos[t], negs[t] = int(nonzero.sum()), int((nonzero & ~neg).sum()), int((nonzero & neg).sum())
-    return c, nz, pos, negs
+    got = fmt.signed_view(words)[torch.cat([idx, idx - width])].cpu().numpy()
+    got = got.view(np.dtype(f"u{got.itemsize}"))
+    return _sample_stats(got[:len(at)], got[len(at):], k, M, nbins)
 
 
 def choose(words, shape, lay: FloatLayout, chunk_size: int, costs=numpy_costs) -> int:

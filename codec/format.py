@@ -532,17 +532,21 @@ def pack_repeats(row: int, dst, src) -> bytes:
     return _varint(len(body)) + body
 
 
+def _section_body(mv, pos: int, name: str):
+    """``(body, offset after it, error maker)`` of the section at ``mv[pos:]`` that its varint size leads (the
+    row-repeat and row-filter sections); the body is a view of the bytes present, the errors name the section."""
+    def bad(what):
+        return FormatError(f"{name} section: {what}")
+    nbytes, at = _read_varint(mv, pos, "size", f"{name} section's")
+    if nbytes > len(mv) - at:
+        raise bad(f"{nbytes} bytes, {len(mv) - at} left in the stream")
+    return np.frombuffer(mv, dtype=np.uint8, count=nbytes, offset=at), at + nbytes, bad
+
+
 def parse_repeats(mv, pos: int, numel: int) -> tuple[Repeats, int]:
     """``(the row-repeat section at mv[pos:], the offset after it)`` of a stream of ``numel`` values;
     raises :class:`FormatError` naming what is wrong.  Its arrays are sized by the bytes present."""
-    def bad(what):
-        return FormatError(f"row-repeat section: {what}")
-    start = pos
-    nbytes, pos = _read_varint(mv, pos, "size", "row-repeat section's")
-    if nbytes > len(mv) - pos:
-        raise bad(f"{nbytes} bytes, {len(mv) - pos} left in the stream")
-    body = np.frombuffer(mv, dtype=np.uint8, count=nbytes, offset=pos)
-    end = pos + nbytes
+    body, end, bad = _section_body(mv, pos, "row-repeat")
     row, p = _read_varint(body, 0, "row width", "row-repeat section's")
     k, p = _read_varint(body, p, "count", "row-repeat section's")
     n_rows = numel // row if row else 0
@@ -566,7 +570,7 @@ def parse_repeats(mv, pos: int, numel: int) -> tuple[Repeats, int]:
     if chained.any():
         j = int(np.argmax(chained))
         raise bad(f"row {int(dst[j])} repeats row {int(src[j])}, itself a repeat")
-    return Repeats(int(row), dst, src, end - start), end
+    return Repeats(int(row), dst, src, end - pos), end
 
 
 def apply_repeats(rep: Repeats, words) -> None:
@@ -617,14 +621,8 @@ def pack_filter(width: int, chunks, kind: int = FILTER_UP) -> bytes:
 def parse_filter(mv, pos: int, n_chunks: int, chunk_size: int) -> tuple[Filter, int]:
     """``(the row-filter section at mv[pos:], the offset after it)`` of a stream of ``n_chunks`` chunks of
     ``chunk_size`` values; raises :class:`FormatError` naming what is wrong."""
-    def bad(what):
-        return FormatError(f"row-filter section: {what}")
-    start = pos
-    nbytes, pos = _read_varint(mv, pos, "size", "row-filter section's")
-    if nbytes > len(mv) - pos:
-        raise bad(f"{nbytes} bytes, {len(mv) - pos} left in the stream")
-    body = np.frombuffer(mv, dtype=np.uint8, count=nbytes, offset=pos)
-    end = pos + nbytes
+    body, end, bad = _section_body(mv, pos, "row-filter")
+    nbytes = len(body)
     if nbytes < 1:
         raise bad("empty")
     kind = int(body[0])
@@ -642,7 +640,7 @@ def parse_filter(mv, pos: int, n_chunks: int, chunk_size: int) -> tuple[Filter, 
     chunks = chunks[:n_chunks].copy()
     if not chunks.any():
         raise bad("no chunk is filtered")
-    return Filter(kind, int(width), chunks, end - start), end
+    return Filter(kind, int(width), chunks, end - pos), end
 
 
 def signed_view(t):
